@@ -1,0 +1,73 @@
+"""memory_core: turn agents' raw episodes into trustworthy long-term memory, and forget.
+
+A plain library (no Prefect import): stages are functions of (stores, config, run context);
+``flows/`` orchestrates them.
+"""
+
+from memory_core.config import Settings, load_settings
+from memory_core.context import Partition, RunContext
+from memory_core.embed import Embedder, HashEmbedder, MiniLMEmbedder, make_embedder
+from memory_core.errors import (
+    ConfigError,
+    DimensionMismatch,
+    EpisodeConflict,
+    MemoryCoreError,
+    MemoryUnavailable,
+    MetaLocked,
+    SchemaTooNew,
+    TerminalError,
+    TransientError,
+    ValidationFailed,
+)
+from memory_core.models import (
+    Authority,
+    Candidate,
+    CandidateKind,
+    CandidateStatus,
+    Digest,
+    Episode,
+    Fact,
+    Outcome,
+    Procedure,
+    Provenance,
+    Sensitivity,
+    SourceRole,
+    Status,
+)
+from memory_core.stores import Stores, open_stores
+
+__all__ = [
+    "Authority",
+    "Candidate",
+    "CandidateKind",
+    "CandidateStatus",
+    "ConfigError",
+    "Digest",
+    "DimensionMismatch",
+    "Embedder",
+    "Episode",
+    "EpisodeConflict",
+    "Fact",
+    "HashEmbedder",
+    "MemoryCoreError",
+    "MemoryUnavailable",
+    "MetaLocked",
+    "MiniLMEmbedder",
+    "Outcome",
+    "Partition",
+    "Procedure",
+    "Provenance",
+    "RunContext",
+    "SchemaTooNew",
+    "Sensitivity",
+    "Settings",
+    "SourceRole",
+    "Status",
+    "Stores",
+    "TerminalError",
+    "TransientError",
+    "ValidationFailed",
+    "load_settings",
+    "make_embedder",
+    "open_stores",
+]

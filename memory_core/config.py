@@ -1,0 +1,239 @@
+"""Configuration: code defaults = configs/default.toml, then a TOML file, then MEMCTL_* env.
+
+Resolution order (later wins): defaults here, the TOML file named by ``--config`` or
+``MEMCTL_CONFIG`` (``configs/default.toml`` documents every key), ``MEMCTL_*`` environment
+variables with ``__`` between section and key (``MEMCTL_EMBED__MODEL=hash``), then ``--home``.
+Everything is validated at start, so a bad key fails before any store is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from memory_core.errors import ConfigError
+
+__all__ = [
+    "ClaimsConfig",
+    "ClusterConfig",
+    "EmbedConfig",
+    "ForgetConfig",
+    "IngestConfig",
+    "PolicyConfig",
+    "ReviewConfig",
+    "ScoreConfig",
+    "Settings",
+    "StoresConfig",
+    "load_settings",
+]
+
+_SECTION = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoresConfig(BaseModel):
+    model_config = _SECTION
+    lance_uri: str = Field(
+        default="", description="Lance database URI; empty = <home>/lance. s3://bucket/path works"
+    )
+    meta_path: str = Field(default="", description="DuckDB file; empty = <home>/meta.duckdb")
+    storage_options: dict[str, str] = Field(
+        default_factory=dict, description="object store options (endpoint, region, keys)"
+    )
+    lock_timeout_s: float = Field(default=10.0, ge=0, description="wait for the metadata lock")
+
+
+class EmbedConfig(BaseModel):
+    model_config = _SECTION
+    model: Literal["minilm", "hash"] = Field(
+        default="minilm", description="minilm = all-MiniLM-L6-v2 offline; hash = fast, tests"
+    )
+    dim: int = Field(default=384, ge=8, le=4096, description="dimension of the hash embedder")
+    batch_size: int = Field(default=64, ge=1, le=4096)
+
+
+class IngestConfig(BaseModel):
+    model_config = _SECTION
+    redact_secrets: bool = True
+    write_batch_rows: int = Field(default=50_000, ge=100)
+
+
+class ClusterConfig(BaseModel):
+    model_config = _SECTION
+    threshold: float = Field(
+        default=0.35, gt=0, le=2, description="cosine distance to join an existing cluster"
+    )
+    goal_weight: float = Field(default=0.5, ge=0, description="weight of the goal-text feature")
+    error_code_weight: float = Field(
+        default=0.25, ge=0, description="extra distance when error codes differ"
+    )
+    seed: int = 0
+
+
+class PolicyConfig(BaseModel):
+    """Promotion policy (invariant 4): one success is not a rule."""
+
+    model_config = _SECTION
+    version: str = "1"
+    min_support: int = Field(default=3, ge=1, description="distinct supporting episodes")
+    min_subjects_tenant_scope: int = Field(default=2, ge=1)
+    wilson_z: float = Field(default=1.645, gt=0)
+    min_wilson_lower: float = Field(default=0.5, ge=0, le=1)
+    max_condition_keys: int = Field(default=3, ge=1, le=6)
+    ignore_condition_keys: list[str] = Field(default_factory=list)
+
+
+class ClaimsConfig(BaseModel):
+    model_config = _SECTION
+    min_statements: int = Field(default=2, ge=1, description="statements before a preference")
+    explicit_change_markers: list[str] = Field(
+        default_factory=lambda: ["from now on", "actually", "instead", "changed", "no longer"]
+    )
+
+
+class ScoreConfig(BaseModel):
+    model_config = _SECTION
+    model: str = "claude-haiku-5-5"
+    max_tokens: int = Field(default=400, ge=16)
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    batch_min_requests: int = Field(default=20, ge=1, description="below this, Messages API")
+    batch_deadline_s: float = Field(default=3600.0, gt=0)
+    poll_initial_s: float = Field(default=5.0, gt=0)
+    poll_max_s: float = Field(default=120.0, gt=0)
+    max_input_tokens_per_run: int = Field(default=2_000_000, ge=0)
+    max_output_tokens_per_run: int = Field(default=200_000, ge=0)
+    max_cost_usd_per_run: float = Field(default=5.0, ge=0)
+    prompt_version: str = "1"
+    price_input_per_mtok: float = Field(default=1.0, ge=0)
+    price_output_per_mtok: float = Field(default=5.0, ge=0)
+    price_cache_read_per_mtok: float = Field(default=0.1, ge=0)
+    price_cache_write_per_mtok: float = Field(default=1.25, ge=0)
+    batch_discount: float = Field(default=0.5, ge=0, le=1)
+    extract_claims: bool = False
+
+
+class ReviewConfig(BaseModel):
+    model_config = _SECTION
+    max_batch_items: int = Field(default=25, ge=1)
+    expire_after_days: float = Field(default=14.0, gt=0)
+    auto_approve_user_semantic: bool = False
+    auto_approve_min_confidence: float = Field(default=0.9, ge=0, le=1)
+
+
+class ForgetConfig(BaseModel):
+    model_config = _SECTION
+    episodic_ttl_days: float = Field(default=30.0, gt=0)
+    grace_days: float = Field(default=7.0, ge=0)
+    version_retention_hours: float = Field(default=0.0, ge=0)
+
+
+class Settings(BaseSettings):
+    """All of memctl's configuration; sections mirror configs/default.toml."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMCTL_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    home: Path = Field(default=Path("data"), description="where the embedded default lives")
+    timezone: str = "UTC"
+    stores: StoresConfig = Field(default_factory=StoresConfig)
+    embed: EmbedConfig = Field(default_factory=EmbedConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    claims: ClaimsConfig = Field(default_factory=ClaimsConfig)
+    score: ScoreConfig = Field(default_factory=ScoreConfig)
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    forget: ForgetConfig = Field(default_factory=ForgetConfig)
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            msg = f"unknown timezone {value!r}"
+            raise ValueError(msg) from exc
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+    @property
+    def lance_uri(self) -> str:
+        return self.stores.lance_uri or str(self.home / "lance")
+
+    @property
+    def meta_path(self) -> Path:
+        return Path(self.stores.meta_path) if self.stores.meta_path else self.home / "meta.duckdb"
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_settings(
+    *, config_file: Path | None = None, home: Path | None = None, **overrides: Any
+) -> Settings:
+    """Build Settings; any invalid key raises ConfigError naming the key and the reason."""
+    file_values: dict[str, Any] = {}
+    path = config_file or (
+        Path(os.environ["MEMCTL_CONFIG"]) if "MEMCTL_CONFIG" in os.environ else None
+    )
+    if path is not None:
+        try:
+            file_values = tomllib.loads(path.read_text())
+        except FileNotFoundError as exc:
+            msg = "config"
+            raise ConfigError(msg, f"file {path} not found") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    # The file is the lowest layer; environment variables must beat it, so only keys that the
+    # environment does not set are passed as init values (init would otherwise win).
+    env_keys = {k[len("MEMCTL_") :].lower() for k in os.environ if k.startswith("MEMCTL_")}
+    values = _strip_env_overridden(file_values, env_keys)
+    values = _merge(values, overrides)
+    if home is not None:
+        values["home"] = home
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "config"
+        raise ConfigError(key, err["msg"]) from exc
+
+
+def _strip_env_overridden(values: dict[str, Any], env_keys: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section, value in values.items():
+        if isinstance(value, dict):
+            inner = {k: v for k, v in value.items() if f"{section}__{k}".lower() not in env_keys}
+            if f"{section}".lower() not in env_keys:
+                out[section] = inner
+        elif section.lower() not in env_keys:
+            out[section] = value
+    return out

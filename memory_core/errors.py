@@ -1,0 +1,139 @@
+"""Errors that tell the next step.
+
+Hierarchy::
+
+    MemoryCoreError
+    ├── ConfigError                 invalid configuration (names the key)
+    ├── ValidationFailed            bad input records (every bad line, field and reason)
+    ├── EpisodeConflict             same episode_id, other content
+    ├── StoreError
+    │   ├── MetaLocked              DuckDB file held by another process   (transient)
+    │   ├── SchemaTooNew            metadata written by a newer memctl      (terminal)
+    │   ├── DimensionMismatch       embedder dimension differs from a table (terminal)
+    │   └── MemoryUnavailable       the Lance store cannot be reached       (transient)
+    ├── PolicyRefused               a write the authority rules forbid
+    └── NotFound                    a batch, run or record id that does not exist
+
+``TransientError`` marks what may succeed on retry, so flows retry only those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class MemoryCoreError(Exception):
+    """Base of every error memory_core raises on purpose."""
+
+
+class TransientError(MemoryCoreError):
+    """A retry may succeed (a lock held for a moment, a store briefly unreachable)."""
+
+
+class TerminalError(MemoryCoreError):
+    """A retry will fail the same way until someone changes input, config or code."""
+
+
+class ConfigError(TerminalError):
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"invalid config {key}: {reason}")
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one input record."""
+
+    line: int
+    field: str
+    reason: str
+    record_id: str | None = None
+
+    def __str__(self) -> str:
+        rid = f" (episode_id={self.record_id})" if self.record_id else ""
+        return f"line {self.line}{rid}: {self.field}: {self.reason}"
+
+
+class ValidationFailed(TerminalError):
+    def __init__(self, path: str, errors: list[FieldError]) -> None:
+        self.path = path
+        self.errors = errors
+        lines = sorted({e.line for e in errors})
+        msg = (
+            f"{path}: {len(lines)} bad line(s), nothing written; first: {errors[0]}. "
+            "Fix them, or rerun with --quarantine to write the good lines and quarantine the rest"
+        )
+        super().__init__(msg)
+
+
+class EpisodeConflict(TerminalError):
+    def __init__(self, path: str, conflicts: list[tuple[int, str]]) -> None:
+        self.path = path
+        self.conflicts = conflicts
+        line, eid = conflicts[0]
+        msg = (
+            f"{path}: {len(conflicts)} episode(s) already stored with other content "
+            f"(episodes are immutable); first: line {line} episode_id={eid}. "
+            "Give the changed event a new episode_id"
+        )
+        super().__init__(msg)
+
+
+class StoreError(MemoryCoreError):
+    """A problem at the store boundary, translated from LanceDB or DuckDB."""
+
+
+class MetaLocked(StoreError, TransientError):
+    def __init__(self, path: str, holder: str | None) -> None:
+        self.path = path
+        self.holder = holder
+        who = f" by {holder}" if holder else ""
+        super().__init__(
+            f"metadata file {path} is locked{who}; wait for that process to finish and retry"
+        )
+
+
+class SchemaTooNew(StoreError, TerminalError):
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        self.path = path
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"metadata file {path} has schema version {found}, newer than this memctl "
+            f"supports ({supported}); upgrade memctl (pip install -U memory-core)"
+        )
+
+
+class DimensionMismatch(StoreError, TerminalError):
+    def __init__(self, table: str, table_dim: int, embedder: str, embedder_dim: int) -> None:
+        self.table = table
+        self.table_dim = table_dim
+        self.embedder_dim = embedder_dim
+        super().__init__(
+            f"table {table!r} stores {table_dim}-d vectors but embedder {embedder!r} gives "
+            f"{embedder_dim}-d; use the embedder the home was created with "
+            "(MEMCTL_EMBED__MODEL) or start a new home"
+        )
+
+
+class MemoryUnavailable(StoreError, TransientError):
+    """Distinct from an empty result: the caller must not read it as 'nothing remembered'."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        self.uri = uri
+        super().__init__(f"memory unavailable at {uri}: {reason}")
+
+
+class PolicyRefused(TerminalError):
+    def __init__(self, record_id: str, reason: str) -> None:
+        self.record_id = record_id
+        self.reason = reason
+        super().__init__(f"refused {record_id}: {reason}")
+
+
+class NotFound(TerminalError):
+    def __init__(self, what: str, ident: str, hint: str = "") -> None:
+        self.what = what
+        self.ident = ident
+        super().__init__(f"no {what} {ident!r}" + (f"; {hint}" if hint else ""))

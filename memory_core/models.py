@@ -1,0 +1,392 @@
+"""Records that pass between stages, and the enums of the interface contract.
+
+Every timestamp is timezone-aware UTC: valid time (``occurred_at``, ``valid_from``/``valid_to``)
+is kept apart from transaction time (``recorded_at``) so history can be asked both ways.
+Models that cross a stage boundary are frozen: a stage returns new records, it never edits
+the ones it was handed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+)
+
+__all__ = [
+    "Authority",
+    "Candidate",
+    "CandidateKind",
+    "CandidateStatus",
+    "Claim",
+    "ClaimSpec",
+    "Digest",
+    "Episode",
+    "Fact",
+    "Outcome",
+    "Procedure",
+    "ProcedureSpec",
+    "Provenance",
+    "Sensitivity",
+    "SourceRef",
+    "SourceRole",
+    "Status",
+    "UtcDatetime",
+    "content_hash",
+    "stable_id",
+    "utc",
+]
+
+
+def utc(value: datetime) -> datetime:
+    """Normalise to UTC; naive datetimes are refused because their meaning is a guess."""
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        msg = "timestamp has no timezone; use RFC3339 with an offset, e.g. 2026-07-01T09:00:00Z"
+        raise ValueError(msg)
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(utc)]
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: the basis of every content hash."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def content_hash(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value`` (hex, 32 chars are plenty for ids)."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:32]
+
+
+def stable_id(prefix: str, *parts: Any) -> str:
+    """Deterministic id from scope + content + policy version, so reruns upsert, not duplicate."""
+    return f"{prefix}_{content_hash(list(parts))[:24]}"
+
+
+class Status(StrEnum):
+    """Lifecycle of a row in a Lance table agents read."""
+
+    active = "active"
+    expired = "expired"
+    superseded = "superseded"
+    revoked = "revoked"
+    deleted = "deleted"
+    compacted = "compacted"
+    stale = "stale"
+    contested = "contested"
+    deprecated = "deprecated"
+
+
+class SourceRole(StrEnum):
+    user = "user"
+    agent = "agent"
+    tool = "tool"
+    system = "system"
+
+
+class Outcome(StrEnum):
+    success = "success"
+    failure = "failure"
+    partial = "partial"
+    unknown = "unknown"
+
+
+class Sensitivity(StrEnum):
+    low = "low"
+    medium = "medium"
+    high = "high"
+
+
+class Authority(StrEnum):
+    """Who vouches for a record; decides what it may become (invariant 5).
+
+    ``user_statement`` is the only authority a preference may have; ``human_approved`` is the
+    only one a procedure may have; ``observation`` (tool or agent output) never instructs.
+    """
+
+    user_statement = "user_statement"
+    human_approved = "human_approved"
+    system = "system"
+    agent_inference = "agent_inference"
+    observation = "observation"
+    none = "none"
+
+    @classmethod
+    def of_role(cls, role: SourceRole) -> Authority:
+        return {
+            SourceRole.user: cls.user_statement,
+            SourceRole.system: cls.system,
+            SourceRole.agent: cls.agent_inference,
+            SourceRole.tool: cls.observation,
+        }[role]
+
+    @property
+    def rank(self) -> int:
+        """Higher outranks lower when facts compete for the same (subject, predicate)."""
+        return {
+            "none": 0,
+            "observation": 1,
+            "agent_inference": 2,
+            "system": 3,
+            "user_statement": 4,
+            "human_approved": 5,
+        }[self.value]
+
+
+class CandidateKind(StrEnum):
+    semantic = "semantic"
+    procedural = "procedural"
+
+
+class CandidateStatus(StrEnum):
+    pending_score = "pending_score"
+    pending_review = "pending_review"
+    approved = "approved"
+    rejected = "rejected"
+    promoted = "promoted"
+    auto_rejected = "auto_rejected"
+    revoked = "revoked"
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Claim(BaseModel):
+    """A statement the write path extracted from an episode: a candidate, never a fact."""
+
+    model_config = _FROZEN
+    predicate: str = Field(min_length=1, max_length=200)
+    object: str = Field(min_length=1, max_length=2000)
+    span: str | None = Field(default=None, max_length=4000)
+
+
+class SourceRef(BaseModel):
+    """A corpus document (and its revision) an episode relied on."""
+
+    model_config = _FROZEN
+    source_id: str = Field(min_length=1, max_length=500)
+    revision: str = Field(min_length=1, max_length=200)
+
+
+class Episode(BaseModel):
+    """One line of an ingest file (interface contract v1, DESIGN.md section 5)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+    episode_id: str = Field(min_length=1, max_length=200, description="immutable event id")
+    tenant_id: str = Field(min_length=1, max_length=200)
+    subject_id: str = Field(min_length=1, max_length=200)
+    namespace: str = Field(default="default", min_length=1, max_length=200)
+    session_id: str | None = Field(default=None, max_length=200)
+    occurred_at: UtcDatetime = Field(description="valid time of the experience")
+    recorded_at: UtcDatetime | None = Field(
+        default=None, description="transaction time; ingest time when absent"
+    )
+    source_role: SourceRole
+    goal: str | None = Field(default=None, max_length=4000)
+    actions: list[str] = Field(default_factory=list, max_length=200)
+    outcome: Outcome = Outcome.unknown
+    conditions: dict[str, str] = Field(default_factory=dict)
+    observations: list[str] = Field(default_factory=list, max_length=500)
+    feedback: str | None = Field(default=None, max_length=4000)
+    text: str | None = Field(default=None, max_length=100_000)
+    claims: list[Claim] = Field(default_factory=list, max_length=200)
+    sensitivity: Sensitivity = Sensitivity.low
+    consent_basis: str | None = Field(default=None, max_length=200)
+    purpose: str | None = Field(default=None, max_length=200)
+    expires_at: UtcDatetime | None = None
+    sources: list[SourceRef] = Field(default_factory=list, max_length=200)
+    procedure_id: str | None = Field(default=None, max_length=200)
+    procedure_version: str | None = Field(default=None, max_length=50)
+    vector: list[float] | None = None
+
+    @field_validator("actions")
+    @classmethod
+    def _actions_non_empty(cls, value: list[str]) -> list[str]:
+        for i, action in enumerate(value):
+            if not action.strip():
+                msg = f"action {i} is empty"
+                raise ValueError(msg)
+        return value
+
+    @field_validator("conditions")
+    @classmethod
+    def _condition_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key or len(key) > 200:
+                msg = f"condition key {key!r} must be 1-200 characters"
+                raise ValueError(msg)
+        return value
+
+    def content(self) -> dict[str, Any]:
+        """What the episode says, without transport fields: the basis of its content hash."""
+        return self.model_dump(mode="json", exclude={"recorded_at", "vector"})
+
+    def content_hash(self) -> str:
+        return content_hash(self.content())
+
+    def embedding_text(self) -> str:
+        """The text an embedder sees: goal, actions, conditions, then free text."""
+        parts: list[str] = []
+        if self.goal:
+            parts.append(self.goal)
+        if self.actions:
+            parts.append("actions: " + "; ".join(self.actions))
+        if self.conditions:
+            parts.append(
+                "conditions: " + ", ".join(f"{k}={v}" for k, v in sorted(self.conditions.items()))
+            )
+        if self.text:
+            parts.append(self.text)
+        if self.feedback:
+            parts.append(self.feedback)
+        return "\n".join(parts) or self.episode_id
+
+
+class Provenance(BaseModel):
+    """A source a derived record rests on, pinned by content hash."""
+
+    model_config = _FROZEN
+    source_id: str
+    source_kind: str = Field(default="episode", description="episode | fact | procedure | corpus")
+    content_hash: str | None = None
+    subject_id: str | None = None
+    revision: str | None = None
+
+
+class ClaimSpec(BaseModel):
+    model_config = _FROZEN
+    predicate: str
+    object: str
+
+
+class ProcedureSpec(BaseModel):
+    model_config = _FROZEN
+    name: str
+    steps: list[str]
+    preconditions: dict[str, str] = Field(default_factory=dict)
+
+
+class Candidate(BaseModel):
+    """A memory the pipeline proposes; policy decides, people approve (invariant 6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    candidate_id: str
+    kind: CandidateKind
+    tenant_id: str
+    subject_id: str | None = Field(description="null at tenant scope")
+    namespace: str
+    claim: ClaimSpec | None = None
+    procedure: ProcedureSpec | None = None
+    conditions: dict[str, str] = Field(default_factory=dict)
+    support_ids: list[str] = Field(default_factory=list)
+    counterexample_ids: list[str] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+    importance: float | None = None
+    scorer: str | None = None
+    status: CandidateStatus
+    reason: str = ""
+    authority: Authority = Authority.none
+    text: str = Field(default="", description="one human-readable line a reviewer reads first")
+    stats: dict[str, Any] = Field(default_factory=dict)
+    supersedes: str | None = None
+    cluster_id: str | None = None
+    policy_version: str = "1"
+    provenance: list[Provenance] = Field(default_factory=list)
+
+    def contract_dict(self) -> dict[str, Any]:
+        """The shape `memctl candidates --format json` promises (plus extra keys)."""
+        return self.model_dump(mode="json")
+
+    def content_hash(self) -> str:
+        """Hash of what the candidate claims and rests on; the score cache key."""
+        return content_hash(
+            {
+                "kind": self.kind,
+                "scope": [self.tenant_id, self.subject_id, self.namespace],
+                "claim": self.claim.model_dump() if self.claim else None,
+                "procedure": self.procedure.model_dump() if self.procedure else None,
+                "conditions": self.conditions,
+                "support": sorted(self.support_ids),
+                "counter": sorted(self.counterexample_ids),
+            }
+        )
+
+
+class _MemoryRow(BaseModel):
+    """Columns every Lance row carries (DESIGN.md section 3)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant_id: str
+    subject_id: str | None
+    namespace: str = "default"
+    status: Status = Status.active
+    valid_from: UtcDatetime
+    valid_to: UtcDatetime | None = None
+    recorded_at: UtcDatetime = Field(default_factory=lambda: datetime.now(UTC))
+    expires_at: UtcDatetime | None = None
+    sensitivity: Sensitivity = Sensitivity.low
+    purpose: str | None = None
+    authority: Authority = Authority.none
+    confidence: float = 1.0
+    importance: float | None = None
+    provenance: list[Provenance] = Field(default_factory=list)
+    embedding_version: str = ""
+    policy_version: str = "1"
+    text: str = ""
+    vector: list[float] | None = None
+
+
+class Fact(_MemoryRow):
+    """A semantic memory: (subject, predicate) -> object, valid over a time span."""
+
+    fact_id: str
+    predicate: str
+    object: str
+    conditions: dict[str, str] = Field(default_factory=dict)
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    candidate_id: str | None = None
+    approver: str | None = None
+    sources: list[SourceRef] = Field(default_factory=list)
+
+
+class Procedure(_MemoryRow):
+    """A procedural memory: steps that work under preconditions; only humans approve it."""
+
+    procedure_id: str
+    name: str
+    version: str
+    steps: list[str]
+    preconditions: dict[str, str] = Field(default_factory=dict)
+    effect: str | None = None
+    rollback: str | None = None
+    approver: str | None = None
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    candidate_id: str | None = None
+    sources: list[SourceRef] = Field(default_factory=list)
+
+
+class Digest(_MemoryRow):
+    """Episodes folded per cluster by compaction; lineage keeps every source id and hash."""
+
+    digest_id: str
+    cluster_id: str
+    episode_count: int
+    success_count: int
+    failure_count: int
+    first_at: UtcDatetime
+    last_at: UtcDatetime

@@ -1,0 +1,106 @@
+"""The write gate's secret redaction: secrets are replaced before anything is stored or logged.
+
+One combined pattern screens each record first (most records hold no secret, and ingest must
+stay fast); only records that match pay for the per-kind substitution. Card numbers must pass
+the Luhn check, so order numbers and timestamps are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+
+__all__ = ["SECRET_KINDS", "Redactor", "redact_text"]
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2 == 1:
+            d *= 2
+            if d > 9:
+                d -= 9
+        total += d
+    return total % 10 == 0
+
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "private_key",
+        re.compile(
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)",
+            re.DOTALL,
+        ),
+    ),
+    ("bearer_token", re.compile(r"(?i:\bbearer)\s+[A-Za-z0-9\-._~+/]{12,}=*")),
+    ("api_key", re.compile(r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{20,}")),
+    ("api_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
+    ("api_key", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})")),
+    ("api_key", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
+    ("api_key", re.compile(r"\bAIza[0-9A-Za-z\-_]{35}\b")),
+    (
+        "url_password",
+        re.compile(r"(?P<pre>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<pw>[^\s@/]+)(?=@)"),
+    ),
+    (
+        "password",
+        re.compile(
+            r"(?P<pre>\b(?i:password|passwd|pwd|secret|api[_-]?key|access[_-]?token)"
+            r"\s*[:=]\s*)(?P<pw>[^\s,;\"']{4,})"
+        ),
+    ),
+    ("card_number", re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?![\d.])")),
+]
+
+_SCREEN = re.compile(
+    "|".join(f"(?:{re.sub(r'[(][?]P<[a-z]+>', '(?:', p.pattern)})" for _, p in _PATTERNS),
+    re.DOTALL,
+)
+
+SECRET_KINDS = tuple(sorted({kind for kind, _ in _PATTERNS}))
+
+
+def _replacer(kind: str, counts: Counter[str]) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        if kind == "card_number":
+            digits = re.sub(r"\D", "", match.group(0))
+            if not 13 <= len(digits) <= 19 or not _luhn_ok(digits):
+                return match.group(0)
+        counts[kind] += 1
+        if "pw" in match.groupdict():
+            return f"{match.group('pre')}[REDACTED:{kind}]"
+        return f"[REDACTED:{kind}]"
+
+    return replace
+
+
+def redact_text(text: str, counts: Counter[str] | None = None) -> str:
+    """Replace every secret in ``text``; add what was found to ``counts`` by kind."""
+    if not _SCREEN.search(text):
+        return text
+    counts = Counter() if counts is None else counts
+    for kind, pattern in _PATTERNS:
+        text = pattern.sub(_replacer(kind, counts), text)
+    return text
+
+
+class Redactor:
+    """Redacts every string inside nested JSON-like values, counting by kind."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def value(self, value: object) -> object:
+        if isinstance(value, str):
+            return redact_text(value, self.counts)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+    def screen(self, *texts: str) -> bool:
+        """True when any text might hold a secret (cheap; decides whether to redact)."""
+        return any(_SCREEN.search(t) for t in texts if t)

@@ -1,0 +1,30 @@
+"""Store boundary: Lance (what agents read) and DuckDB (the pipeline's control plane)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory_core.config import Settings
+from memory_core.stores.lance import LanceStore
+from memory_core.stores.meta import MetaStore
+
+__all__ = ["LanceStore", "MetaStore", "Stores", "open_stores"]
+
+
+@dataclass
+class Stores:
+    """The dependency bundle every stage takes first."""
+
+    lance: LanceStore
+    meta: MetaStore
+
+
+def open_stores(settings: Settings, *, migrate: bool = True) -> Stores:
+    """Open both stores; migrate an older metadata file, refuse a newer one."""
+    meta = MetaStore(settings.meta_path, lock_timeout_s=settings.stores.lock_timeout_s)
+    if migrate:
+        meta.migrate()
+    else:
+        meta.check_version()
+    lance = LanceStore(settings.lance_uri, storage_options=settings.stores.storage_options)
+    return Stores(lance=lance, meta=meta)

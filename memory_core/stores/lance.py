@@ -1,0 +1,136 @@
+"""Lance tables agents read: creation with explicit schemas, scalar indices, scoped scans, upserts.
+
+Handles are opened with ``read_consistency_interval=0`` so a long-lived reader sees other
+processes' commits; every write is a single Lance commit (merge_insert, delete), so readers see
+the state before or after it, never half of it (invariant 9).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+from lancedb.index import Bitmap, BTree
+
+from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
+from memory_core.stores.schemas import FILTER_COLUMNS, ID_COLUMN, TABLES, schema_for
+
+__all__ = ["LanceStore", "sql_quote"]
+
+logger = logging.getLogger(__name__)
+
+
+def sql_quote(value: str) -> str:
+    """Quote a string literal for a Lance filter expression."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+class LanceStore:
+    """One LanceDB database holding episodes, facts, procedures and digests."""
+
+    def __init__(self, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = dict(storage_options or {})
+        try:
+            self.db = lancedb.connect(
+                uri,
+                read_consistency_interval=timedelta(0),
+                storage_options=self.storage_options or None,
+            )
+        except Exception as exc:  # lancedb raises several types for an unreachable store
+            raise MemoryUnavailable(uri, str(exc)) from exc
+        self._tables: dict[str, Any] = {}
+
+    def table_names(self) -> list[str]:
+        try:
+            result = self.db.list_tables()
+        except Exception as exc:
+            raise MemoryUnavailable(self.uri, str(exc)) from exc
+        names = getattr(result, "tables", result)
+        return list(names)
+
+    def ensure_tables(self, dim: int, *, embedder: str = "") -> list[str]:
+        """Create missing tables and their scalar indices; check existing ones' vector width."""
+        existing = set(self.table_names())
+        created: list[str] = []
+        for name in TABLES:
+            if name in existing:
+                have = self.vector_dim(name)
+                if have != dim:
+                    raise DimensionMismatch(name, have or -1, embedder, dim)
+                continue
+            table = self.db.create_table(name, schema=schema_for(name, dim))
+            self._index_scalars(table, name)
+            created.append(name)
+        return created
+
+    def _index_scalars(self, table: Any, name: str) -> None:
+        columns = {**FILTER_COLUMNS, ID_COLUMN[name]: "btree"}
+        for column, kind in columns.items():
+            config = Bitmap() if kind == "bitmap" else BTree()
+            table.create_index(column, config=config, replace=True)
+
+    def table(self, name: str) -> Any:
+        if name not in TABLES:
+            msg = f"unknown table {name!r}; tables are {', '.join(TABLES)}"
+            raise StoreError(msg)
+        if name not in self._tables:
+            try:
+                self._tables[name] = self.db.open_table(name)
+            except ValueError as exc:
+                msg = f"table {name!r} does not exist at {self.uri}; run `memctl init` first"
+                raise StoreError(msg) from exc
+            except Exception as exc:
+                raise MemoryUnavailable(self.uri, str(exc)) from exc
+        return self._tables[name]
+
+    def vector_dim(self, name: str) -> int | None:
+        field = self.table(name).schema.field("vector")
+        return getattr(field.type, "list_size", None)
+
+    def count(self, name: str, where: str | None = None) -> int:
+        return int(self.table(name).count_rows(where))
+
+    def scan(
+        self,
+        name: str,
+        *,
+        where: str | None = None,
+        columns: list[str] | None = None,
+    ) -> pa.Table:
+        """Every matching row (no vector search); filters use the scalar indices."""
+        dataset = self.table(name).to_lance()
+        return dataset.to_table(columns=columns, filter=where)
+
+    def upsert(self, name: str, rows: pa.Table) -> Any:
+        """Insert rows whose id is new, replace rows whose id exists: one commit."""
+        if rows.num_rows == 0:
+            return None
+        table = self.table(name)
+        rows = rows.select(table.schema.names).cast(table.schema)
+        return (
+            table.merge_insert(ID_COLUMN[name])
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute(rows)
+        )
+
+    def insert_new(self, name: str, rows: pa.Table) -> Any:
+        """Insert rows whose id is new; existing ids are left exactly as they are."""
+        if rows.num_rows == 0:
+            return None
+        table = self.table(name)
+        rows = rows.select(table.schema.names).cast(table.schema)
+        return table.merge_insert(ID_COLUMN[name]).when_not_matched_insert_all().execute(rows)
+
+    def delete(self, name: str, where: str) -> Any:
+        return self.table(name).delete(where)
+
+    def update(self, name: str, where: str, values: dict[str, Any]) -> Any:
+        return self.table(name).update(where=where, values=values)
+
+    def version(self, name: str) -> int:
+        return int(self.table(name).version)

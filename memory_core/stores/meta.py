@@ -1,0 +1,117 @@
+"""DuckDB control plane: short connections, versioned migrations, lock errors that name the holder.
+
+DuckDB locks the whole file per process while a read-write connection is open, so every
+operation here opens, works and closes; a CLI call and a running flow then take turns instead
+of failing. When the file really is held (a long transaction elsewhere), we wait up to
+``lock_timeout_s`` and then raise ``MetaLocked`` with the holder's PID as DuckDB reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from memory_core.errors import MetaLocked, SchemaTooNew, StoreError
+from memory_core.stores.migrations import MIGRATIONS
+
+__all__ = ["MetaStore", "latest_schema_version"]
+
+logger = logging.getLogger(__name__)
+
+_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>\S+) \(PID (?P<pid>\d+)\)")
+
+
+def latest_schema_version() -> int:
+    return MIGRATIONS[-1][0]
+
+
+class MetaStore:
+    """The pipeline's DuckDB file. Never read by agents."""
+
+    def __init__(self, path: Path | str, *, lock_timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                text = str(exc)
+                if "lock" not in text.lower():
+                    msg = f"cannot open metadata file {self.path}: {text}"
+                    raise StoreError(msg) from exc
+                if time.monotonic() >= deadline:
+                    match = _HOLDER.search(text)
+                    holder = f"PID {match['pid']} ({match['exe']})" if match else None
+                    raise MetaLocked(str(self.path), holder) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; close it quickly so others can take the file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = self._open()
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """All-or-nothing: commits on success, rolls back on any exception."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        with self.connect() as con:
+            return _current_version(con)
+
+    def migrate(self, *, target: int | None = None) -> int:
+        """Bring the file to ``target`` (default: latest); refuse files from a newer memctl."""
+        target = latest_schema_version() if target is None else target
+        with self.transaction() as con:
+            current = _current_version(con)
+            if current > latest_schema_version():
+                raise SchemaTooNew(str(self.path), current, latest_schema_version())
+            for version, statements in MIGRATIONS:
+                if current < version <= target:
+                    for statement in statements:
+                        con.execute(statement)
+                    con.execute(
+                        "INSERT INTO schema_version VALUES (?, now())",
+                        [version],
+                    )
+                    logger.info("migrated %s to schema version %d", self.path, version)
+            return max(current, target)
+
+    def check_version(self) -> None:
+        """Fail fast on a newer file; migrate an older one."""
+        current = self.schema_version()
+        if current > latest_schema_version():
+            raise SchemaTooNew(str(self.path), current, latest_schema_version())
+        if current < latest_schema_version():
+            self.migrate()
+
+
+def _current_version(con: duckdb.DuckDBPyConnection) -> int:
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMPTZ)"
+    )
+    row = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,109 @@
+"""Versioned DuckDB schema. Append a new (version, statements) entry; never edit an old one.
+
+Files written by an older memctl are migrated forward on open; a file from a newer memctl is
+refused (``SchemaTooNew``) rather than guessed at.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE runs (
+                run_id VARCHAR PRIMARY KEY, flow VARCHAR NOT NULL, started_at TIMESTAMPTZ,
+                finished_at TIMESTAMPTZ, status VARCHAR, clock TIMESTAMPTZ,
+                params JSON, summary JSON)""",
+            """CREATE TABLE stage_ledger (
+                stage VARCHAR NOT NULL, partition_key VARCHAR NOT NULL,
+                input_hash VARCHAR NOT NULL, run_id VARCHAR, status VARCHAR,
+                started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ, result JSON,
+                PRIMARY KEY (stage, partition_key, input_hash))""",
+            """CREATE TABLE watermarks (
+                tenant_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL, stage VARCHAR NOT NULL,
+                recorded_at TIMESTAMPTZ, run_id VARCHAR, updated_at TIMESTAMPTZ,
+                PRIMARY KEY (tenant_id, namespace, stage))""",
+            """CREATE TABLE lineage (
+                derived_id VARCHAR NOT NULL, derived_kind VARCHAR NOT NULL,
+                source_id VARCHAR NOT NULL, source_kind VARCHAR NOT NULL,
+                source_hash VARCHAR, tenant_id VARCHAR, subject_id VARCHAR,
+                created_at TIMESTAMPTZ, PRIMARY KEY (derived_id, source_id))""",
+            "CREATE INDEX lineage_source ON lineage (source_id)",
+            """CREATE TABLE audit_log (
+                event_id VARCHAR PRIMARY KEY, logged_at TIMESTAMPTZ NOT NULL, run_id VARCHAR,
+                actor VARCHAR, action VARCHAR NOT NULL, target VARCHAR, tenant_id VARCHAR,
+                counts JSON, detail JSON)""",
+            """CREATE TABLE quarantine (
+                quarantine_id VARCHAR PRIMARY KEY, file VARCHAR, line_no INTEGER,
+                episode_id VARCHAR, tenant_id VARCHAR, subject_id VARCHAR,
+                errors JSON, raw VARCHAR, quarantined_at TIMESTAMPTZ)""",
+            """CREATE TABLE embedding_cache (
+                content_hash VARCHAR NOT NULL, embedding_version VARCHAR NOT NULL,
+                vector FLOAT[] NOT NULL, created_at TIMESTAMPTZ,
+                PRIMARY KEY (content_hash, embedding_version))""",
+        ],
+    ),
+    (
+        2,
+        [
+            """CREATE TABLE clusters (
+                cluster_id VARCHAR PRIMARY KEY, tenant_id VARCHAR NOT NULL,
+                namespace VARCHAR NOT NULL, centroid FLOAT[], size INTEGER, label VARCHAR,
+                error_code VARCHAR, created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ)""",
+            """CREATE TABLE cluster_members (
+                episode_id VARCHAR PRIMARY KEY, cluster_id VARCHAR NOT NULL,
+                tenant_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL, subject_id VARCHAR,
+                distance DOUBLE, assigned_at TIMESTAMPTZ)""",
+            "CREATE INDEX cluster_members_cluster ON cluster_members (cluster_id)",
+            """CREATE TABLE candidates (
+                candidate_id VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL,
+                tenant_id VARCHAR NOT NULL, subject_id VARCHAR, namespace VARCHAR NOT NULL,
+                status VARCHAR NOT NULL, body JSON NOT NULL, content_hash VARCHAR,
+                confidence DOUBLE, importance DOUBLE, scorer VARCHAR, reason VARCHAR,
+                run_id VARCHAR, created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ)""",
+            """CREATE TABLE candidate_evidence (
+                candidate_id VARCHAR NOT NULL, episode_id VARCHAR NOT NULL,
+                role VARCHAR NOT NULL, subject_id VARCHAR,
+                PRIMARY KEY (candidate_id, episode_id))""",
+            "CREATE INDEX candidate_evidence_episode ON candidate_evidence (episode_id)",
+        ],
+    ),
+    (
+        3,
+        [
+            """CREATE TABLE review_batches (
+                batch_id VARCHAR PRIMARY KEY, tenant_id VARCHAR NOT NULL,
+                namespace VARCHAR NOT NULL, kind VARCHAR NOT NULL, status VARCHAR NOT NULL,
+                item_count INTEGER, created_at TIMESTAMPTZ, expires_at TIMESTAMPTZ,
+                decided_at TIMESTAMPTZ, reviewer VARCHAR, reason VARCHAR, flow_run_id VARCHAR)""",
+            """CREATE TABLE review_items (
+                batch_id VARCHAR NOT NULL, candidate_id VARCHAR NOT NULL, decision VARCHAR,
+                edits JSON, reason VARCHAR, reviewer VARCHAR, decided_at TIMESTAMPTZ,
+                PRIMARY KEY (batch_id, candidate_id))""",
+            """CREATE TABLE score_cache (
+                content_hash VARCHAR NOT NULL, model VARCHAR NOT NULL,
+                prompt_version VARCHAR NOT NULL, candidate_id VARCHAR, score DOUBLE,
+                body JSON, created_at TIMESTAMPTZ,
+                PRIMARY KEY (content_hash, model, prompt_version))""",
+            """CREATE TABLE llm_batches (
+                batch_id VARCHAR PRIMARY KEY, run_id VARCHAR, status VARCHAR,
+                custom_ids JSON, created_at TIMESTAMPTZ, ended_at TIMESTAMPTZ,
+                collected_at TIMESTAMPTZ)""",
+            """CREATE TABLE llm_ledger (
+                entry_id VARCHAR PRIMARY KEY, run_id VARCHAR, logged_at TIMESTAMPTZ, mode VARCHAR,
+                batch_id VARCHAR, requests INTEGER, input_tokens BIGINT, output_tokens BIGINT,
+                cache_read_tokens BIGINT, cache_write_tokens BIGINT, cost_usd DOUBLE,
+                fallbacks INTEGER, detail JSON)""",
+            """CREATE TABLE deletion_requests (
+                request_id VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, target VARCHAR NOT NULL,
+                tenant_id VARCHAR, requested_at TIMESTAMPTZ, status VARCHAR,
+                done_at TIMESTAMPTZ, receipt_id VARCHAR)""",
+            """CREATE TABLE receipts (
+                receipt_id VARCHAR PRIMARY KEY, kind VARCHAR NOT NULL, issued_at TIMESTAMPTZ,
+                run_id VARCHAR, body JSON)""",
+            """CREATE TABLE access_stats (
+                record_id VARCHAR PRIMARY KEY, table_name VARCHAR, tenant_id VARCHAR,
+                subject_id VARCHAR, hits BIGINT, last_access TIMESTAMPTZ)""",
+        ],
+    ),
+]

@@ -1,0 +1,85 @@
+"""Shared fixtures: real throwaway stores under tmp_path and a clean environment."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.context import RunContext
+from memory_core.embed import HashEmbedder
+from memory_core.stages.ingest import IngestResult, ingest_records
+from memory_core.stores import Stores, open_stores
+
+NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the developer's MEMCTL_* settings or a real API key."""
+    for key in list(os.environ):
+        if key.startswith("MEMCTL_") or key == "ANTHROPIC_API_KEY":
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MEMCTL_EMBED__MODEL", "hash")
+    yield
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return load_settings(home=tmp_path / "home")
+
+
+@pytest.fixture
+def stores(settings: Settings) -> Stores:
+    return open_stores(settings)
+
+
+@pytest.fixture
+def embedder() -> HashEmbedder:
+    return HashEmbedder(384)
+
+
+def episode(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "episode_id": "e1",
+        "tenant_id": "acme",
+        "subject_id": "u1",
+        "namespace": "it",
+        "occurred_at": "2026-07-01T10:00:00Z",
+        "source_role": "agent",
+        "goal": "VPN fails with error 720",
+        "actions": ["reset network adapter", "reconnect vpn"],
+        "outcome": "success",
+        "conditions": {"error_code": "720", "adapter_mismatch": "true"},
+        "text": "Reset the adapter and the VPN came back.",
+    }
+    base.update(overrides)
+    return base
+
+
+def lines_of(*records: dict[str, Any]) -> list[str]:
+    return [json.dumps(r) for r in records]
+
+
+@pytest.fixture
+def ingest(
+    stores: Stores, settings: Settings, embedder: HashEmbedder
+) -> Callable[..., IngestResult]:
+    def run(lines: list[str], *, quarantine: bool = False, now: datetime = NOW) -> IngestResult:
+        return ingest_records(
+            stores,
+            settings,
+            RunContext(now=now),
+            lines,
+            embedder=embedder,
+            quarantine=quarantine,
+            source="episodes.jsonl",
+        )
+
+    return run

@@ -1,0 +1,140 @@
+"""Store boundary: migrations, newer-schema refusal, lock errors, vector dimensions, indices."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_core.errors import DimensionMismatch, MetaLocked, SchemaTooNew
+from memory_core.stores import open_stores
+from memory_core.stores.audit import record_audit
+from memory_core.stores.meta import MetaStore, latest_schema_version
+from memory_core.stores.schemas import FILTER_COLUMNS, TABLES
+
+
+def test_older_file_is_migrated_and_keeps_its_rows(settings):
+    meta = MetaStore(settings.meta_path)
+    assert meta.migrate(target=1) == 1
+    with meta.transaction() as con:
+        record_audit(con, at=datetime(2026, 1, 1, tzinfo=UTC), action="ingest", target="old.jsonl")
+        tables = {
+            r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
+    assert "candidates" not in tables
+    stores = open_stores(settings)
+    assert stores.meta.schema_version() == latest_schema_version()
+    with stores.meta.connect() as con:
+        assert con.execute("SELECT target FROM audit_log").fetchall() == [("old.jsonl",)]
+        con.execute("SELECT count(*) FROM candidates").fetchall()
+        versions = [
+            r[0] for r in con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()
+        ]
+    assert versions == list(range(1, latest_schema_version() + 1))
+
+
+def test_migrate_twice_is_a_noop(settings):
+    meta = MetaStore(settings.meta_path)
+    meta.migrate()
+    meta.migrate()
+    with meta.connect() as con:
+        assert (
+            con.execute("SELECT count(*) FROM schema_version").fetchone()[0]
+            == latest_schema_version()
+        )
+
+
+def test_newer_file_is_refused_with_a_clear_message(settings):
+    meta = MetaStore(settings.meta_path)
+    meta.migrate()
+    with meta.connect() as con:
+        con.execute("INSERT INTO schema_version VALUES (999, now())")
+    with pytest.raises(SchemaTooNew) as info:
+        open_stores(settings)
+    assert "schema version 999" in str(info.value)
+    assert "upgrade memctl" in str(info.value)
+
+
+def test_lock_held_by_another_process_names_the_holder(settings):
+    MetaStore(settings.meta_path).migrate()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import duckdb, sys, time
+                con = duckdb.connect({str(settings.meta_path)!r})
+                print("locked", flush=True)
+                time.sleep(30)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        with (
+            pytest.raises(MetaLocked) as info,
+            MetaStore(settings.meta_path, lock_timeout_s=0.3).connect(),
+        ):
+            pass
+        assert time.monotonic() - started < 10
+        assert f"PID {holder.pid}" in str(info.value)
+        assert "locked" in str(info.value)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_short_connections_let_two_processes_take_turns(settings):
+    meta = MetaStore(settings.meta_path)
+    meta.migrate()
+    code = textwrap.dedent(
+        f"""
+        from datetime import UTC, datetime
+        from memory_core.stores.meta import MetaStore
+        from memory_core.stores.audit import record_audit
+        meta = MetaStore({str(settings.meta_path)!r}, lock_timeout_s=20)
+        for i in range(20):
+            with meta.transaction() as con:
+                record_audit(con, at=datetime.now(UTC), action="child")
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", code])
+    for _ in range(20):
+        with MetaStore(settings.meta_path, lock_timeout_s=20).transaction() as con:
+            record_audit(con, at=datetime.now(UTC), action="parent")
+    assert child.wait(timeout=60) == 0
+    with meta.connect() as con:
+        counts = dict(con.execute("SELECT action, count(*) FROM audit_log GROUP BY 1").fetchall())
+    assert counts == {"child": 20, "parent": 20}
+
+
+def test_tables_have_scalar_indices_and_dimension_is_checked(stores):
+    stores.lance.ensure_tables(384, embedder="hash-v1-384")
+    for name in TABLES:
+        indexed = {next(iter(i.columns)) for i in stores.lance.table(name).list_indices()}
+        assert set(FILTER_COLUMNS) <= indexed, name
+    with pytest.raises(DimensionMismatch) as info:
+        stores.lance.ensure_tables(16, embedder="hash-v1-16")
+    assert "384-d" in str(info.value) and "16-d" in str(info.value)
+
+
+def test_ingest_with_other_dimension_fails_clearly(stores, settings):
+    from memory_core.context import RunContext
+    from memory_core.embed import HashEmbedder
+    from memory_core.stages.ingest import ingest_records
+    from tests.conftest import episode, lines_of
+
+    stores.lance.ensure_tables(384)
+    with pytest.raises(DimensionMismatch):
+        ingest_records(
+            stores, settings, RunContext(), lines_of(episode()), embedder=HashEmbedder(32)
+        )
