@@ -53,7 +53,7 @@ class EmbedConfig(BaseModel):
         default="minilm", description="minilm = all-MiniLM-L6-v2 offline; hash = fast, tests"
     )
     dim: int = Field(default=384, ge=8, le=4096, description="dimension of the hash embedder")
-    batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_size: int = Field(default=32, ge=1, le=4096)
 
 
 class IngestConfig(BaseModel):

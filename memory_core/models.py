@@ -250,7 +250,12 @@ class Episode(BaseModel):
             parts.append(self.text)
         if self.feedback:
             parts.append(self.feedback)
-        return "\n".join(parts) or self.episode_id
+        # MiniLM reads at most 256 word pieces and costs grow with length: the leading fields
+        # carry what clustering needs, so long free text is cut.
+        return ("\n".join(parts) or self.episode_id)[:EMBED_TEXT_CHARS]
+
+
+EMBED_TEXT_CHARS = 512
 
 
 class Provenance(BaseModel):

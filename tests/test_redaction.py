@@ -94,3 +94,22 @@ def test_luhn_invalid_numbers_and_plain_text_are_left_alone():
 def test_redaction_keeps_surrounding_text():
     out = redact_text("use postgres://admin:hunter2hunter2@db:5432/x please")
     assert out == "use postgres://admin:[REDACTED:url_password]@db:5432/x please"
+
+
+def test_card_at_end_of_sentence_is_redacted():
+    assert (
+        redact_text("charge my card 5500 5076 9041 8387.")
+        == "charge my card [REDACTED:card_number]."
+    )
+
+
+def test_demo_secrets_are_all_redacted(ingest, stores):
+    from memory_core.demo import generate_demo
+
+    data = generate_demo(seed=3)
+    ids = {s["episode_id"] for s in data.truth["secrets"]}
+    lines = [json.dumps(e) for e in data.episodes if e["episode_id"] in ids]
+    ingest(lines)
+    stored = _all_lance_text(stores) + _all_duckdb_text(stores)
+    for secret in data.truth["secrets"]:
+        assert secret["needle"] not in stored, secret["kind"]

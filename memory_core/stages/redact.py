@@ -51,7 +51,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\s*[:=]\s*)(?P<pw>[^\s,;\"']{4,})"
         ),
     ),
-    ("card_number", re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?![\d.])")),
+    ("card_number", re.compile(r"(?<![\d.])(?:\d[ \-]?){12,18}\d(?!\d|\.\d)")),
 ]
 
 _SCREEN = re.compile(

@@ -113,9 +113,12 @@ def list_candidates(
     tenant_id: str | None = None,
     namespace: str | None = None,
     kind: str | None = None,
+    run_id: str | None = None,
 ) -> list[Candidate]:
+    """Candidates matching every given filter; ``run_id`` = inserted or changed by that run."""
     clauses, params = [], []
     for column, value in (
+        ("run_id", run_id),
         ("status", status),
         ("tenant_id", tenant_id),
         ("namespace", namespace),

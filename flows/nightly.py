@@ -1,0 +1,220 @@
+"""The nightly consolidation flow: thin orchestration over memory_core stages.
+
+One task per stage, mapped over scope partitions (tenant, namespace). Tasks take only plain
+values (settings as a dict, partition keys, the clock) and open the stores themselves, so the
+same flow runs on threads, Dask or Ray. The stage ledger makes a rerun skip what is done.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from memory_core.config import Settings
+from memory_core.context import Partition, RunContext
+from memory_core.models import content_hash
+from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.mine import mine_partition
+from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
+from memory_core.stores import Stores, open_stores
+from memory_core.stores.candidates import list_candidates
+from memory_core.stores.ledger import (
+    finish_run,
+    ledger_has,
+    record_stage,
+    set_watermark,
+    start_run,
+)
+
+__all__ = ["nightly_consolidation", "run_nightly"]
+
+
+def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
+    settings = Settings.model_validate(settings_data)
+    return settings, open_stores(settings)
+
+
+def _config_key(settings: Settings, *, recluster: bool) -> str:
+    return content_hash(
+        [
+            settings.cluster.model_dump(),
+            settings.policy.model_dump(),
+            settings.claims.model_dump(),
+            recluster,
+        ]
+    )
+
+
+@task(name="consolidate-partition", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+def consolidate_partition(
+    *,
+    settings_data: dict[str, Any],
+    tenant_id: str,
+    namespace: str,
+    run_id: str,
+    now_iso: str,
+    input_hash: str,
+    max_recorded_iso: str | None,
+    recluster: bool,
+) -> dict[str, Any]:
+    """Cluster, then mine counterexamples and claims, for one partition."""
+    settings, stores = _stores(settings_data)
+    partition = Partition(tenant_id, namespace)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    if ledger_has(stores.meta, stage=STAGE, partition_key=partition.key, input_hash=input_hash):
+        return {"partition": partition.key, "skipped": True}
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    clustered = cluster_partition(stores, settings.cluster, ctx, partition, recluster=recluster)
+    t1 = time.perf_counter()
+    mined = mine_partition(stores, settings, ctx, partition)
+    t2 = time.perf_counter()
+    result = {
+        "partition": partition.key,
+        "skipped": False,
+        "cluster": clustered.as_dict(),
+        "mine": mined.as_dict(),
+        "seconds": {"cluster": round(t1 - t0, 3), "mine": round(t2 - t1, 3)},
+    }
+    record_stage(
+        stores.meta,
+        stage=STAGE,
+        partition_key=partition.key,
+        input_hash=input_hash,
+        run_id=run_id,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        result=result,
+    )
+    if max_recorded_iso:
+        set_watermark(
+            stores.meta,
+            tenant_id=tenant_id,
+            namespace=namespace,
+            stage=STAGE,
+            recorded_at=datetime.fromisoformat(max_recorded_iso),
+            run_id=run_id,
+            now=ctx.now,
+        )
+    return result
+
+
+def _summary_markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# Nightly consolidation {summary['run_id']}",
+        "",
+        f"- clock: {summary['now']}",
+        f"- partitions: {summary['partitions']} ({summary['skipped']} skipped, nothing new)",
+        f"- candidates by status: {summary['candidates_by_status']}",
+        "",
+        "| partition | new members | clusters | candidates |",
+        "| --- | --- | --- | --- |",
+    ]
+    for part in summary["results"]:
+        if part.get("skipped"):
+            lines.append(f"| {part['partition']} | skipped | | |")
+            continue
+        lines.append(
+            f"| {part['partition']} | {part['cluster'].get('new_members')} | "
+            f"{part['cluster'].get('total_clusters')} | {part['mine'].get('candidates')} |"
+        )
+    return "\n".join(lines)
+
+
+@flow(
+    name="nightly-consolidation",
+    task_runner=ThreadPoolTaskRunner(max_workers=2),
+    log_prints=False,
+)
+def nightly_consolidation(
+    *,
+    settings_data: dict[str, Any],
+    now_iso: str,
+    recluster: bool = False,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Consolidate every partition with new episodes; publish candidates and a summary."""
+    settings, stores = _stores(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), **({"run_id": run_id} if run_id else {}))
+    logger = get_run_logger()
+    start_run(
+        stores.meta,
+        run_id=ctx.run_id,
+        flow="nightly-consolidation",
+        started_at=datetime.now(UTC),
+        clock=ctx.now,
+        params={"recluster": recluster},
+    )
+    config_key = _config_key(settings, recluster=recluster)
+    plan: list[PartitionWork] = plan_partitions(stores)
+    futures = []
+    for work in plan:
+        futures.append(
+            consolidate_partition.submit(
+                settings_data=settings_data,
+                tenant_id=work.partition.tenant_id,
+                namespace=work.partition.namespace,
+                run_id=ctx.run_id,
+                now_iso=now_iso,
+                input_hash=work.input_hash(config_key),
+                max_recorded_iso=work.max_recorded_at.isoformat() if work.max_recorded_at else None,
+                recluster=recluster,
+            )
+        )
+    results = [f.result() for f in futures]
+    candidates = list_candidates(stores.meta)
+    by_status: dict[str, int] = {}
+    for cand in candidates:
+        by_status[cand.status.value] = by_status.get(cand.status.value, 0) + 1
+    produced = list_candidates(stores.meta, run_id=ctx.run_id)
+    summary: dict[str, Any] = {
+        "run_id": ctx.run_id,
+        "now": ctx.now.isoformat(),
+        "partitions": len(plan),
+        "skipped": sum(1 for r in results if r.get("skipped")),
+        "results": results,
+        "candidates_by_status": dict(sorted(by_status.items())),
+    }
+    create_table_artifact(
+        key="nightly-candidates",
+        table=[
+            {
+                "candidate_id": c.candidate_id,
+                "kind": c.kind.value,
+                "tenant": c.tenant_id,
+                "namespace": c.namespace,
+                "status": c.status.value,
+                "text": c.text,
+                "support": len(c.support_ids),
+                "counterexamples": len(c.counterexample_ids),
+                "reason": c.reason,
+            }
+            for c in produced
+        ],
+        description="Candidates after this run",
+    )
+    create_markdown_artifact(key="nightly-summary", markdown=_summary_markdown(summary))
+    finish_run(
+        stores.meta,
+        run_id=ctx.run_id,
+        finished_at=datetime.now(UTC),
+        status="completed",
+        summary=summary,
+    )
+    logger.info(
+        "nightly run %s: %d partitions, %d skipped", ctx.run_id, len(plan), summary["skipped"]
+    )
+    return summary
+
+
+def run_nightly(settings: Settings, *, now: datetime, recluster: bool = False) -> dict[str, Any]:
+    """Run the flow once (ephemeral Prefect server unless PREFECT_API_URL points elsewhere)."""
+    return nightly_consolidation(
+        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat(), recluster=recluster
+    )

@@ -1,0 +1,72 @@
+"""Scope partitions and what is new in each since its watermark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+from memory_core.context import Partition
+from memory_core.models import content_hash
+from memory_core.stores import Stores
+from memory_core.stores.ledger import get_watermarks
+
+__all__ = ["PartitionWork", "plan_partitions"]
+
+STAGE = "consolidate"
+
+
+@dataclass(frozen=True)
+class PartitionWork:
+    """One partition's episodes, and how many were recorded since its watermark."""
+
+    partition: Partition
+    episodes: int
+    new_episodes: int
+    max_recorded_at: datetime | None
+    watermark: datetime | None
+
+    def input_hash(self, config_key: str) -> str:
+        """Changes when the partition's input or the relevant config changes."""
+        return content_hash(
+            [self.partition.key, self.episodes, str(self.max_recorded_at), config_key]
+        )
+
+
+def plan_partitions(stores: Stores) -> list[PartitionWork]:
+    """Every (tenant, namespace) with active episodes, in a stable order."""
+    if "episodes" not in stores.lance.table_names():
+        return []
+    table = stores.lance.scan(
+        "episodes", columns=["tenant_id", "namespace", "recorded_at"], where="status = 'active'"
+    )
+    if table.num_rows == 0:
+        return []
+    marks = get_watermarks(stores.meta, stage=STAGE)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    work: list[PartitionWork] = []
+    grouped = frame.group_by("tenant_id", "namespace").agg(
+        pl.len().alias("n"), pl.col("recorded_at").max().alias("max_rec")
+    )
+    for row in grouped.sort("tenant_id", "namespace").iter_rows(named=True):
+        mark = marks.get((row["tenant_id"], row["namespace"]))
+        if mark is None:
+            new = row["n"]
+        else:
+            new = frame.filter(
+                (pl.col("tenant_id") == row["tenant_id"])
+                & (pl.col("namespace") == row["namespace"])
+                & (pl.col("recorded_at") > mark)
+            ).height
+        work.append(
+            PartitionWork(
+                partition=Partition(row["tenant_id"], row["namespace"]),
+                episodes=row["n"],
+                new_episodes=new,
+                max_recorded_at=row["max_rec"],
+                watermark=mark,
+            )
+        )
+    return work

@@ -1,0 +1,22 @@
+"""A real Prefect run for flow tests: one ephemeral server for the whole session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
