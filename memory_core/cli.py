@@ -176,7 +176,9 @@ def status(
 
 def _prefect_env(settings: Settings) -> None:
     """Prefect reads its settings at import: point it at a home-local, offline setup first."""
-    os.environ.setdefault("PREFECT_HOME", str((settings.home / "prefect").resolve()))
+    prefect_home = (settings.home / "prefect").resolve()
+    prefect_home.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("PREFECT_HOME", str(prefect_home))
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")

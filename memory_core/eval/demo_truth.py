@@ -68,7 +68,7 @@ def _procedure_ok(cand: Candidate, truth: list[dict[str, Any]]) -> str | None:
         ):
             options = [proc["preconditions"], *proc.get("equivalent_preconditions", [])]
             if any(_includes(cand.procedure.preconditions, o) for o in options):
-                return proc["name"]
+                return f"{proc['tenant_id']}/{proc['namespace']}/{proc['name']}"
     return None
 
 
@@ -91,7 +91,8 @@ def score_candidates_against_truth(
                 procedures.false_positives += 1
                 procedures.wrong.append(cand.text or cand.candidate_id)
     procedures.found = len(matched)
-    procedures.missed = sorted({p["name"] for p in truth["procedures"]} - matched)
+    every = {f"{p['tenant_id']}/{p['namespace']}/{p['name']}" for p in truth["procedures"]}
+    procedures.missed = sorted(every - matched)
 
     qualifying = {
         (p["tenant_id"], p["subject_id"], p["predicate"]): p

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import polars as pl
 
@@ -43,30 +43,38 @@ def plan_partitions(stores: Stores) -> list[PartitionWork]:
     )
     if table.num_rows == 0:
         return []
-    marks = get_watermarks(stores.meta, stage=STAGE)
+    marks = {k: v.astimezone(UTC) for k, v in get_watermarks(stores.meta, stage=STAGE).items()}
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    work: list[PartitionWork] = []
-    grouped = frame.group_by("tenant_id", "namespace").agg(
-        pl.len().alias("n"), pl.col("recorded_at").max().alias("max_rec")
+    frame = frame.with_columns(pl.col("recorded_at").dt.convert_time_zone("UTC"))
+    marks_frame = pl.DataFrame(
+        {
+            "tenant_id": [k[0] for k in marks],
+            "namespace": [k[1] for k in marks],
+            "mark": list(marks.values()),
+        },
+        schema={"tenant_id": pl.String, "namespace": pl.String, "mark": pl.Datetime("us", "UTC")},
     )
-    for row in grouped.sort("tenant_id", "namespace").iter_rows(named=True):
-        mark = marks.get((row["tenant_id"], row["namespace"]))
-        if mark is None:
-            new = row["n"]
-        else:
-            new = frame.filter(
-                (pl.col("tenant_id") == row["tenant_id"])
-                & (pl.col("namespace") == row["namespace"])
-                & (pl.col("recorded_at") > mark)
-            ).height
-        work.append(
-            PartitionWork(
-                partition=Partition(row["tenant_id"], row["namespace"]),
-                episodes=row["n"],
-                new_episodes=new,
-                max_recorded_at=row["max_rec"],
-                watermark=mark,
-            )
+    grouped = (
+        frame.join(marks_frame, on=["tenant_id", "namespace"], how="left")
+        .group_by("tenant_id", "namespace")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("recorded_at").max().alias("max_rec"),
+            (pl.col("mark").is_null() | (pl.col("recorded_at") > pl.col("mark")))
+            .sum()
+            .alias("new"),
         )
+        .sort("tenant_id", "namespace")
+    )
+    work = [
+        PartitionWork(
+            partition=Partition(row["tenant_id"], row["namespace"]),
+            episodes=row["n"],
+            new_episodes=row["new"],
+            max_recorded_at=row["max_rec"],
+            watermark=marks.get((row["tenant_id"], row["namespace"])),
+        )
+        for row in grouped.iter_rows(named=True)
+    ]
     return work

@@ -237,7 +237,7 @@ def list_batches(meta: MetaStore, *, run_id: str | None = None) -> list[BatchRec
     where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
     with meta.connect() as con:
         rows = con.execute(
-            f"SELECT {_BATCH_COLUMNS} FROM llm_batches {where} ORDER BY created_at, batch_id",  # noqa: S608
+            f"SELECT {_BATCH_COLUMNS} FROM llm_batches {where} ORDER BY created_at, batch_id",
             params,
         ).fetchall()
     return [_batch_from_row(r) for r in rows]
@@ -247,7 +247,7 @@ def open_batches(meta: MetaStore) -> list[BatchRecord]:
     """Batches submitted but not yet collected: a new run resumes these first."""
     with meta.connect() as con:
         rows = con.execute(
-            f"SELECT {_BATCH_COLUMNS} FROM llm_batches "  # noqa: S608
+            f"SELECT {_BATCH_COLUMNS} FROM llm_batches "
             "WHERE list_contains(?, status) ORDER BY created_at, batch_id",
             [[s.value for s in OPEN_STATUSES]],
         ).fetchall()
@@ -273,8 +273,8 @@ def set_batch_status(
 # -- ledger ------------------------------------------------------------------------------------
 
 
-def record_ledger(meta: MetaStore, entries: Iterable[LedgerEntry]) -> int:
-    rows = [
+def _ledger_rows(entries: Iterable[LedgerEntry]) -> list[tuple[Any, ...]]:
+    return [
         (
             e.entry_id,
             e.run_id,
@@ -292,12 +292,35 @@ def record_ledger(meta: MetaStore, entries: Iterable[LedgerEntry]) -> int:
         )
         for e in entries
     ]
-    if not rows:
+
+
+def record_ledger(
+    meta: MetaStore,
+    entries: Iterable[LedgerEntry],
+    *,
+    collected: Iterable[str] = (),
+    now: datetime | None = None,
+) -> int:
+    """Write ledger rows and mark ``collected`` batches done, in one transaction.
+
+    Together so that a batch is never marked collected without its spend in the ledger, and a
+    rerun after a crash between the two cannot count the same batch twice.
+    """
+    rows = _ledger_rows(entries)
+    done = sorted(set(collected))
+    if not rows and not done:
         return 0
     with meta.transaction() as con:
-        con.executemany(
-            "INSERT INTO llm_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
-        )
+        if rows:
+            con.executemany(
+                "INSERT INTO llm_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+        if done:
+            con.execute(
+                """UPDATE llm_batches SET status = ?, collected_at = ?
+                WHERE list_contains(?, batch_id)""",
+                [BatchStatus.collected.value, now, done],
+            )
     return len(rows)
 
 
@@ -307,7 +330,7 @@ def ledger_entries(meta: MetaStore, *, run_id: str | None = None) -> list[Ledger
         rows = con.execute(
             "SELECT entry_id, run_id, logged_at, mode, batch_id, requests, input_tokens, "
             "output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, fallbacks, detail "
-            f"FROM llm_ledger {where} ORDER BY logged_at, entry_id",  # noqa: S608
+            f"FROM llm_ledger {where} ORDER BY logged_at, entry_id",
             params,
         ).fetchall()
     return [

@@ -1,0 +1,55 @@
+"""bench/llm_cost.py runs on a home and counts both sides from the request bodies it receives."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from test_score_fakes import T0 as NOW
+from test_score_fakes import candidate
+
+from memory_core.config import Settings
+from memory_core.stores import Stores
+from memory_core.stores.candidates import set_candidate_scores, upsert_candidates
+from memory_core.stores.llm import list_batches
+
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "llm_cost.py"
+
+
+def load_bench() -> Any:
+    spec = importlib.util.spec_from_file_location("llm_cost", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_counts_ours_and_baseline(
+    stores: Stores, settings: Settings, ingest: Callable[..., Any]
+) -> None:
+    from tests.conftest import episode, lines_of
+
+    ingest(
+        lines_of(
+            *(
+                episode(episode_id=f"ep{i}_{k}", session_id=f"s{i}_{k}", text="long " * 200)
+                for i in range(2)
+                for k in range(3)
+            )
+        )
+    )
+    cands = [candidate(i) for i in range(2)]
+    upsert_candidates(stores.meta, cands, run_id="r0", now=NOW)
+    set_candidate_scores(
+        stores.meta,
+        {c.candidate_id: {"importance": 3.0, "scorer": "heuristic"} for c in cands},
+        now=NOW,
+    )
+    report = load_bench().measure(settings.home)
+    assert report["episodes"] == 6 and report["sessions"] == 6
+    assert report["ours"]["requests"] == 2  # one per scored candidate
+    assert report["baseline"]["requests"] == 6  # one per session
+    assert report["baseline"]["input_tokens"] > report["ours"]["input_tokens"]
+    assert list_batches(stores.meta) == []  # the home itself is left as it was
