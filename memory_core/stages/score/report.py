@@ -55,6 +55,7 @@ class ScoreResult:
     cost_usd: float = 0.0
     budget: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    twins_followed: int = 0
 
     def counts(self) -> dict[str, int]:
         return {
@@ -67,6 +68,7 @@ class ScoreResult:
             "over_budget": len(self.over_budget),
             "in_flight": len(self.in_flight),
             "requests": self.requests,
+            "twins_followed": self.twins_followed,
         }
 
     def as_dict(self) -> dict[str, Any]:

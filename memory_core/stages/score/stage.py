@@ -26,13 +26,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import anthropic
 
 from memory_core.config import ScoreConfig
 from memory_core.context import RunContext
-from memory_core.models import CandidateStatus
+from memory_core.models import Candidate, CandidateStatus
 from memory_core.stages.score.anthropic_scorer import (
     NO_KEY_MESSAGE,
     AnthropicScorer,
@@ -54,7 +55,7 @@ from memory_core.stages.score.report import ScoreResult, build_ledger, score_upd
 from memory_core.stages.score.results import ScoreInput, ScoringReport, Usage
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
-from memory_core.stores.candidates import list_candidates, set_candidate_scores
+from memory_core.stores.candidates import get_candidates, list_candidates, set_candidate_scores
 from memory_core.stores.llm import (
     BatchRecord,
     CachedScore,
@@ -63,6 +64,7 @@ from memory_core.stores.llm import (
     put_cached_scores,
     record_ledger,
 )
+from memory_core.stores.meta import MetaStore
 
 __all__ = ["score_candidates"]
 
@@ -110,6 +112,7 @@ class _ScoreRun:
         self.report = ScoringReport()
         self.result = ScoreResult(run_id=ctx.run_id, model=config.model, prompt_version=self.pv)
         self.pool: dict[str, ScoreInput] = {}
+        self.twins: list[Candidate] = []
         self.hashes: dict[str, str] = {}
         self.estimates: dict[str, Usage] = {}
         self.cache_puts: dict[tuple[str, str, str], CachedScore] = {}
@@ -171,6 +174,10 @@ class _ScoreRun:
 
     def _select(self, resumed: PollResult) -> None:
         candidates = list_candidates(self.stores.meta, status=CandidateStatus.pending_score.value)
+        # An insight twin restates its procedural candidate: it is not sent on its own (that
+        # would pay twice for one finding); it takes its twin's score in _write.
+        self.twins = [c for c in candidates if c.stats.get("twin_of")]
+        candidates = [c for c in candidates if not c.stats.get("twin_of")]
         evidence = load_evidence(self.stores.lance, candidates)
         for cand in candidates:
             self.pool[cand.candidate_id] = ScoreInput(cand, evidence[cand.candidate_id])
@@ -345,6 +352,7 @@ class _ScoreRun:
                 self._cache(cid, self.hashes[cid], scored.model or "", self.pv, scored.answer)
         put_cached_scores(meta, self.cache_puts.values(), now=ctx.now)
         set_candidate_scores(meta, updates, now=ctx.now)
+        result.twins_followed = _follow_twins(meta, self.twins, now=ctx.now)
         sync_usage = self.llm.usage if self.llm is not None else Usage()
         entries = build_ledger(
             self.config,
@@ -377,6 +385,30 @@ class _ScoreRun:
             result.cost_usd,
         )
         return result
+
+
+def _follow_twins(meta: MetaStore, twins: list[Candidate], *, now: datetime) -> int:
+    """Give each insight twin its procedural twin's score once that one has been scored."""
+    if not twins:
+        return 0
+    scored = {
+        c.candidate_id: c
+        for c in get_candidates(meta, sorted({t.stats["twin_of"] for t in twins}))
+        if c.status is not CandidateStatus.pending_score
+    }
+    updates: dict[str, dict[str, Any]] = {}
+    for twin in twins:
+        source = scored.get(twin.stats["twin_of"])
+        if source is None or source.importance is None:
+            continue
+        updates[twin.candidate_id] = {
+            "importance": source.importance,
+            "scorer": source.scorer,
+            "status": CandidateStatus.pending_review.value,
+            "stats": {"scored_with": source.candidate_id},
+        }
+    set_candidate_scores(meta, updates, now=now)
+    return len(updates)
 
 
 def _valid(body: dict[str, Any]) -> ScoreAnswer | None:

@@ -395,3 +395,18 @@ def test_no_score_is_ever_made_up(steps: list[str], count: int) -> None:
             else:
                 assert cand.status is CandidateStatus.pending_score
                 assert cand.importance is None
+
+
+def test_insight_twin_is_not_sent_and_takes_its_twins_score(stores: Stores, settings: Settings) -> None:
+    proc, _other = seed(stores, 2)
+    twin = candidate(7, stats={"twin_of": proc.candidate_id})
+    upsert_candidates(stores.meta, [twin], run_id="r0", now=NOW)
+    fake = FakeAnthropic()
+    result = run(stores, config(settings), fake)
+    assert fake.counts["messages"] == 2  # the twin paid nothing
+    assert result.twins_followed == 1
+    got = by_id(stores, [proc, twin])
+    assert got[twin.candidate_id].status is CandidateStatus.pending_review
+    assert got[twin.candidate_id].importance == got[proc.candidate_id].importance
+    assert got[twin.candidate_id].scorer == "anthropic"
+    assert got[twin.candidate_id].stats["scored_with"] == proc.candidate_id
