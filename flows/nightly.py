@@ -71,9 +71,12 @@ def consolidate_partition(
         return {"partition": partition.key, "skipped": True}
     started = datetime.now(UTC)
     t0 = time.perf_counter()
-    clustered = cluster_partition(stores, settings.cluster, ctx, partition, recluster=recluster)
-    t1 = time.perf_counter()
-    mined = mine_partition(stores, settings, ctx, partition)
+    with stores.meta.session():
+        clustered = cluster_partition(
+            stores, settings.cluster, ctx, partition, recluster=recluster
+        )
+        t1 = time.perf_counter()
+        mined = mine_partition(stores, settings, ctx, partition)
     t2 = time.perf_counter()
     result = {
         "partition": partition.key,
@@ -103,6 +106,18 @@ def consolidate_partition(
             now=ctx.now,
         )
     return result
+
+
+@task(name="score-candidates", cache_policy=NO_CACHE)
+def score_task(
+    *, settings_data: dict[str, Any], run_id: str, now_iso: str, sync: bool
+) -> dict[str, Any]:
+    """Importance for pending candidates: Claude in batch, or the labelled heuristic."""
+    from memory_core.stages.score import score_candidates
+
+    settings, stores = _stores(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    return score_candidates(stores, settings.score, ctx, sync=sync).as_dict()
 
 
 def _summary_markdown(summary: dict[str, Any]) -> str:
@@ -137,6 +152,7 @@ def nightly_consolidation(
     settings_data: dict[str, Any],
     now_iso: str,
     recluster: bool = False,
+    sync: bool = False,
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Consolidate every partition with new episodes; publish candidates and a summary."""
@@ -168,6 +184,9 @@ def nightly_consolidation(
             )
         )
     results = [f.result() for f in futures]
+    scored = score_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso, sync=sync
+    ).result()
     candidates = list_candidates(stores.meta)
     by_status: dict[str, int] = {}
     for cand in candidates:
@@ -179,6 +198,7 @@ def nightly_consolidation(
         "partitions": len(plan),
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
+        "score": scored,
         "candidates_by_status": dict(sorted(by_status.items())),
     }
     create_table_artifact(
@@ -213,8 +233,13 @@ def nightly_consolidation(
     return summary
 
 
-def run_nightly(settings: Settings, *, now: datetime, recluster: bool = False) -> dict[str, Any]:
+def run_nightly(
+    settings: Settings, *, now: datetime, recluster: bool = False, sync: bool = False
+) -> dict[str, Any]:
     """Run the flow once (ephemeral Prefect server unless PREFECT_API_URL points elsewhere)."""
     return nightly_consolidation(
-        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat(), recluster=recluster
+        settings_data=settings.model_dump(mode="json"),
+        now_iso=now.isoformat(),
+        recluster=recluster,
+        sync=sync,
     )

@@ -6,19 +6,26 @@ place (``main``). ``--format json`` prints exactly one JSON document on stdout.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
-from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from memory_core.config import Settings, load_settings
+from memory_core.cli_support import (
+    ConfigOpt,
+    FormatOpt,
+    HomeOpt,
+    NowOpt,
+    OutputFormat,
+    _state,
+    emit,
+    open_all,
+    parse_now,
+    prefect_env,
+    settings_for,
+)
 from memory_core.context import RunContext
 from memory_core.errors import MemoryCoreError
 
@@ -31,85 +38,11 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-class OutputFormat(StrEnum):
-    text = "text"
-    json = "json"
-
-
-HomeOpt = Annotated[
-    Path | None,
-    typer.Option("--home", help="memctl home (default $MEMCTL_HOME or ./data)", show_default=False),
-]
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="TOML config file (see configs/default.toml)")
-]
-FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="text or json")]
-NowOpt = Annotated[
-    str | None, typer.Option("--now", help="the run's clock, RFC3339 (default: now)")
-]
-
-_state: dict[str, Any] = {}
-
-
 @app.callback()
 def _root(home: HomeOpt = None, config: ConfigOpt = None) -> None:
     """Global options; every command also accepts --home and --config after its name."""
     _state["home"] = home
     _state["config"] = config
-
-
-def settings_for(home: Path | None = None, config: Path | None = None) -> Settings:
-    return load_settings(
-        config_file=config or _state.get("config"), home=home or _state.get("home")
-    )
-
-
-def parse_now(now: str | None) -> datetime:
-    if now is None:
-        return datetime.now(UTC)
-    try:
-        value = datetime.fromisoformat(now.replace("Z", "+00:00"))
-    except ValueError as exc:
-        msg = f"--now {now!r} is not RFC3339 (e.g. 2026-07-01T00:00:00Z)"
-        raise typer.BadParameter(msg) from exc
-    if value.tzinfo is None:
-        msg = f"--now {now!r} has no timezone offset"
-        raise typer.BadParameter(msg)
-    return value.astimezone(UTC)
-
-
-def emit(data: Any, fmt: OutputFormat, *, title: str = "") -> None:
-    """Print ``data`` as one JSON document, or as a readable table/summary."""
-    if fmt is OutputFormat.json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str, sort_keys=False) + "\n")
-        return
-    out = Console()
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        table = Table(title=title or None)
-        keys = list(data[0].keys())[:8]
-        for key in keys:
-            table.add_column(key)
-        for row in data:
-            table.add_row(*[_short(row.get(k)) for k in keys])
-        out.print(table)
-    elif isinstance(data, dict):
-        for key, value in data.items():
-            out.print(f"[bold]{key}[/bold]: {_short(value, 200)}")
-    elif isinstance(data, list):
-        out.print(f"{title or 'results'}: none")
-    else:
-        out.print(data)
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def open_all(settings: Settings) -> Any:
-    from memory_core.stores import open_stores
-
-    return open_stores(settings)
 
 
 @app.command()
@@ -174,18 +107,6 @@ def status(
     emit(collect_status(open_all(settings)), fmt)
 
 
-def _prefect_env(settings: Settings) -> None:
-    """Prefect reads its settings at import: point it at a home-local, offline setup first."""
-    prefect_home = (settings.home / "prefect").resolve()
-    prefect_home.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("PREFECT_HOME", str(prefect_home))
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
-
-
 @app.command()
 def consolidate(
     now: NowOpt = None,
@@ -198,11 +119,47 @@ def consolidate(
 ) -> None:
     """Run the nightly consolidation flow once, through Prefect."""
     settings = settings_for(home, config)
-    _prefect_env(settings)
+    prefect_env(settings)
     from flows.nightly import run_nightly
 
     summary = run_nightly(settings, now=parse_now(now), recluster=recluster)
     emit(summary, fmt)
+
+
+@app.command()
+def candidates(
+    status_filter: Annotated[
+        str | None, typer.Option("--status", help="pending_review, auto_rejected, ...")
+    ] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """List candidate memories with their evidence, statistics and status."""
+    from memory_core.models import CandidateStatus
+    from memory_core.stores.candidates import list_candidates
+
+    if status_filter is not None and status_filter not in CandidateStatus.__members__:
+        msg = f"--status must be one of {', '.join(CandidateStatus.__members__)}"
+        raise typer.BadParameter(msg)
+    stores = open_all(settings_for(home, config))
+    rows = list_candidates(stores.meta, status=status_filter, tenant_id=tenant)
+    emit([c.contract_dict() for c in rows], fmt, title="candidates")
+
+
+@app.command()
+def clusters(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """List clusters and their member episodes, per tenant and namespace."""
+    from memory_core.stages.cluster import list_clusters
+
+    stores = open_all(settings_for(home, config))
+    emit(list_clusters(stores.meta, tenant_id=tenant), fmt, title="clusters")
 
 
 @app.command()
@@ -215,10 +172,20 @@ def demo(
 ) -> None:
     """Generate the seeded multi-tenant demo, ingest it and run consolidation once."""
     settings = settings_for(home, config)
-    _prefect_env(settings)
+    prefect_env(settings)
     from memory_core.demo.run import run_demo
 
     emit(run_demo(settings, seed=seed, now=parse_now(now) if now else None), fmt)
+
+
+def _register_commands() -> None:
+    from memory_core.commands import forget, recall, review
+
+    for module in (review, forget, recall):
+        module.register(app)
+
+
+_register_commands()
 
 
 def main() -> None:
@@ -233,11 +200,12 @@ def main() -> None:
         sys.exit(1)
     except Exception as exc:  # click usage errors arrive here in standalone_mode=False
         import click
+        from typer import _click  # typer vendors click: its usage errors are not click's
 
-        if isinstance(exc, click.exceptions.ClickException):
+        if isinstance(exc, click.exceptions.ClickException | _click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
+        if isinstance(exc, click.exceptions.Exit | _click.exceptions.Exit):
             sys.exit(exc.exit_code)
         raise
 

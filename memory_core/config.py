@@ -23,8 +23,10 @@ __all__ = [
     "ClusterConfig",
     "EmbedConfig",
     "ForgetConfig",
+    "ForgetPolicy",
     "IngestConfig",
     "PolicyConfig",
+    "RecallConfig",
     "ReviewConfig",
     "ScoreConfig",
     "Settings",
@@ -118,18 +120,131 @@ class ScoreConfig(BaseModel):
 
 
 class ReviewConfig(BaseModel):
+    """Promotion review: batches for people, their expiry, and the optional auto-approval."""
+
     model_config = _SECTION
-    max_batch_items: int = Field(default=25, ge=1)
-    expire_after_days: float = Field(default=14.0, gt=0)
-    auto_approve_user_semantic: bool = False
+    max_batch_items: int = Field(default=25, ge=1, description="items per review batch")
+    expire_after_days: float = Field(
+        default=14.0, gt=0, description="undecided batches expire; candidates re-queue"
+    )
+    auto_approve_user_semantic: bool = Field(
+        default=False, description="auto-approve preferences from the user's own statements"
+    )
     auto_approve_min_confidence: float = Field(default=0.9, ge=0, le=1)
+    pause_timeout_hours: float = Field(
+        default=24.0, gt=0, description="how long a local promotion-review run waits"
+    )
+    poll_interval_s: int = Field(
+        default=10, ge=1, description="how often a paused promotion-review run looks for input"
+    )
+
+
+MemoryClass = Literal["episodic", "semantic", "procedural", "digest"]
+
+
+class ForgetPolicy(BaseModel):
+    """What forgetting does to one (namespace, memory class); unset fields use the defaults.
+
+    Keys of ``ForgetConfig.policies`` are ``"<namespace>/<class>"`` with ``*`` for any
+    namespace, e.g. ``"*/episodic"`` or ``"support/semantic"``; the most specific key wins.
+    """
+
+    model_config = _SECTION
+    ttl_days: float | None = Field(default=None, gt=0, description="age of valid time")
+    grace_days: float | None = Field(default=None, ge=0, description="expired -> hard delete")
+    max_per_subject: int | None = Field(
+        default=None, ge=1, description="keep the best N per subject, expire the rest"
+    )
+    decay_floor: float | None = Field(
+        default=None, ge=0, description="expire when importance x recency x access < this"
+    )
 
 
 class ForgetConfig(BaseModel):
+    """Forgetting and compaction (DESIGN.md sections 1 and 4, invariant 7)."""
+
     model_config = _SECTION
     episodic_ttl_days: float = Field(default=30.0, gt=0)
     grace_days: float = Field(default=7.0, ge=0)
     version_retention_hours: float = Field(default=0.0, ge=0)
+    policies: dict[str, ForgetPolicy] = Field(
+        default_factory=dict, description='per "<namespace>/<class>" overrides'
+    )
+    purpose_ttl_days: dict[str, float] = Field(
+        default_factory=dict, description="records stored for a purpose expire after N days"
+    )
+    decay_half_life_days: float = Field(default=30.0, gt=0)
+    default_importance: float = Field(default=0.5, ge=0, le=1)
+    compact_on_ttl: bool = Field(
+        default=True, description="fold clustered episodes past TTL into digests"
+    )
+    digest_max_sources: int = Field(default=8, ge=2, description="episodes per digest")
+    digest_vector: Literal["mean", "embed"] = Field(
+        default="mean", description="digest vector: mean of its sources' vectors, or embed text"
+    )
+    access_log_min_age_s: float = Field(
+        default=60.0, ge=0, description="fold access-log files untouched this long"
+    )
+    keep_folded_access_logs: bool = False
+    vector_index_max_build_rows: int = Field(
+        default=300_000,
+        ge=0,
+        description="nightly maintenance builds a first vector index (recall.vector_index_*) "
+        "only below this many rows; 0 = never",
+    )
+    drop_tags: bool = Field(
+        default=False, description="delete Lance tags that would keep forgotten rows; else refuse"
+    )
+    delete_unverified: bool = Field(
+        default=False, description="also delete leftover files of failed writes (no writers!)"
+    )
+
+    def policy(self, namespace: str, memory_class: MemoryClass) -> ForgetPolicy:
+        """The effective policy: built-in defaults, then ``*/class``, then ``namespace/class``."""
+        ttl = self.episodic_ttl_days if memory_class == "episodic" else None
+        merged: dict[str, object] = {"ttl_days": ttl, "grace_days": self.grace_days}
+        for key in (f"*/{memory_class}", f"{namespace}/{memory_class}"):
+            override = self.policies.get(key)
+            if override is not None:
+                merged.update(override.model_dump(exclude_unset=True))
+        return ForgetPolicy(**merged)
+
+
+class RecallConfig(BaseModel):
+    """The read path agents embed (memory_core.recall): ranking weights, budgets, indices."""
+
+    model_config = _SECTION
+    default_k: int = Field(default=10, ge=1, le=1000, description="results when --k is absent")
+    budget_tokens: int = Field(default=2000, ge=1, description="token budget of packed results")
+    chars_per_token: float = Field(default=4.0, gt=0, description="tokenizer-free estimate")
+    candidates_per_table: int = Field(
+        default=20, ge=1, description="rows each search leg fetches per table before ranking"
+    )
+    rrf_k: int = Field(default=60, ge=1, description="reciprocal rank fusion constant")
+    weight_relevance: float = Field(default=1.0, ge=0)
+    weight_entity: float = Field(default=0.3, ge=0, description="query terms in key fields")
+    weight_recency: float = Field(default=0.15, ge=0)
+    weight_importance: float = Field(default=0.15, ge=0)
+    weight_authority: float = Field(default=0.1, ge=0)
+    weight_outcome: float = Field(default=0.1, ge=0)
+    penalty_conflict: float = Field(default=0.3, ge=0)
+    penalty_stale: float = Field(default=0.2, ge=0)
+    recency_half_life_days: float = Field(default=30.0, gt=0)
+    allowed_sensitivity: list[Literal["low", "medium", "high"]] = Field(
+        default_factory=lambda: ["low", "medium"],
+        description="sensitivities served when the caller names none",
+    )
+    vector_index_min_rows: int = Field(
+        default=1_000_000, ge=1, description="build a vector index from this many rows on"
+    )
+    vector_index_partitions: int = Field(
+        default=0, ge=0, description="IVF partitions; 0 = about sqrt(rows)"
+    )
+    access_log: bool = Field(default=True, description="append served ids to <home>/access_log")
+    access_log_flush_s: float = Field(default=1.0, gt=0)
+    access_log_roll_s: float = Field(
+        default=30.0, gt=0, description="start a new file after this long idle"
+    )
 
 
 class Settings(BaseSettings):
@@ -153,6 +268,7 @@ class Settings(BaseSettings):
     score: ScoreConfig = Field(default_factory=ScoreConfig)
     review: ReviewConfig = Field(default_factory=ReviewConfig)
     forget: ForgetConfig = Field(default_factory=ForgetConfig)
+    recall: RecallConfig = Field(default_factory=RecallConfig)
 
     @field_validator("timezone")
     @classmethod

@@ -12,7 +12,9 @@ Hierarchy::
     │   ├── DimensionMismatch       embedder dimension differs from a table (terminal)
     │   └── MemoryUnavailable       the Lance store cannot be reached       (transient)
     ├── PolicyRefused               a write the authority rules forbid
-    └── NotFound                    a batch, run or record id that does not exist
+    ├── NotFound                    a batch, run or record id that does not exist
+    ├── InvalidReview               a review decision that names an unknown item or a bad edit
+    └── ReviewClosed                a review batch that expired or was decided otherwise
 
 ``TransientError`` marks what may succeed on retry, so flows retry only those.
 """
@@ -137,3 +139,27 @@ class NotFound(TerminalError):
         self.what = what
         self.ident = ident
         super().__init__(f"no {what} {ident!r}" + (f"; {hint}" if hint else ""))
+
+
+class InvalidReview(TerminalError):
+    """A review decision that cannot be applied as given (unknown item, bad edit, no reason)."""
+
+    def __init__(
+        self, batch_id: str, reason: str, *, candidate_id: str | None = None, field: str = ""
+    ) -> None:
+        self.batch_id = batch_id
+        self.candidate_id = candidate_id
+        self.field = field
+        self.reason = reason
+        where = f" item {candidate_id}" if candidate_id else ""
+        what = f" {field}:" if field else ""
+        super().__init__(f"review batch {batch_id}{where}:{what} {reason}; nothing was recorded")
+
+
+class ReviewClosed(TerminalError):
+    """The batch can no longer take this decision (expired, or decided the other way)."""
+
+    def __init__(self, batch_id: str, status: str, hint: str) -> None:
+        self.batch_id = batch_id
+        self.status = status
+        super().__init__(f"review batch {batch_id} is {status}; {hint}")

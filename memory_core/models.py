@@ -341,6 +341,9 @@ class _MemoryRow(BaseModel):
     valid_from: UtcDatetime
     valid_to: UtcDatetime | None = None
     recorded_at: UtcDatetime = Field(default_factory=lambda: datetime.now(UTC))
+    recorded_to: UtcDatetime | None = Field(
+        default=None, description="end of transaction time; None = current knowledge"
+    )
     expires_at: UtcDatetime | None = None
     sensitivity: Sensitivity = Sensitivity.low
     purpose: str | None = None

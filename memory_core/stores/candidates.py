@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
+
 from memory_core.models import Candidate, CandidateStatus
 from memory_core.stores.meta import MetaStore
 
@@ -37,69 +39,106 @@ DECIDED_STATUSES = frozenset(
 def upsert_candidates(
     meta: MetaStore, candidates: Iterable[Candidate], *, run_id: str, now: datetime
 ) -> dict[str, int]:
-    """Insert new candidates, refresh changed ones, keep decided statuses; returns counts."""
+    """Insert new candidates, refresh changed ones, keep decided statuses; returns counts.
+
+    One read of the existing rows and two bulk writes, whatever the number of candidates.
+    """
+    incoming = {c.candidate_id: c for c in candidates}
     counts = {"inserted": 0, "updated": 0, "unchanged": 0}
+    if not incoming:
+        return counts
     with meta.transaction() as con:
-        for cand in candidates:
+        existing = {
+            cid: (status, chash, json.loads(body).get("status"))
+            for cid, status, chash, body in con.execute(
+                "SELECT candidate_id, status, content_hash, body FROM candidates "
+                "WHERE list_contains(?, candidate_id)",
+                [list(incoming)],
+            ).fetchall()
+        }
+        writes: list[tuple[Candidate, str]] = []
+        for cid, cand in incoming.items():
             chash = cand.content_hash()
-            row = con.execute(
-                "SELECT status, content_hash, body FROM candidates WHERE candidate_id = ?",
-                [cand.candidate_id],
-            ).fetchone()
-            if row is not None:
-                status, old_hash, old_body = row
-                if status in DECIDED_STATUSES or status == CandidateStatus.pending_review:
-                    # keep the decided (or already scored) status and score
-                    if old_hash == chash:
-                        counts["unchanged"] += 1
-                        continue
-                    if status in DECIDED_STATUSES:
-                        cand = cand.model_copy(update={"status": CandidateStatus(status)})
-                if old_hash == chash and json.loads(old_body).get("status") == cand.status:
+            prior = existing.get(cid)
+            if prior is None:
+                counts["inserted"] += 1
+                writes.append((cand, chash))
+                continue
+            status, old_hash, body_status = prior
+            if status in DECIDED_STATUSES or status == CandidateStatus.pending_review:
+                # keep the decided (or already scored) status and score
+                if old_hash == chash:
                     counts["unchanged"] += 1
                     continue
-                counts["updated"] += 1
-            else:
-                counts["inserted"] += 1
-            body = cand.model_dump(mode="json")
-            con.execute(
-                """INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-                ON CONFLICT (candidate_id) DO UPDATE SET status = excluded.status,
-                body = excluded.body, content_hash = excluded.content_hash,
-                confidence = excluded.confidence, importance = excluded.importance,
-                scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
-                updated_at = excluded.updated_at""",
-                [
-                    cand.candidate_id,
-                    cand.kind.value,
-                    cand.tenant_id,
-                    cand.subject_id,
-                    cand.namespace,
-                    cand.status.value,
-                    json.dumps(body, sort_keys=True),
-                    chash,
-                    cand.confidence,
-                    cand.importance,
-                    cand.scorer,
-                    cand.reason,
-                    run_id,
-                    now,
-                    now,
-                ],
-            )
-            con.execute(
-                "DELETE FROM candidate_evidence WHERE candidate_id = ?", [cand.candidate_id]
-            )
-            evidence = [(cand.candidate_id, e, "support") for e in cand.support_ids] + [
-                (cand.candidate_id, e, "counterexample") for e in cand.counterexample_ids
-            ]
-            subjects = {p.source_id: p.subject_id for p in cand.provenance}
-            if evidence:
-                con.executemany(
-                    "INSERT INTO candidate_evidence VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    [(c, e, r, subjects.get(e)) for c, e, r in evidence],
-                )
+                if status in DECIDED_STATUSES:
+                    cand = cand.model_copy(update={"status": CandidateStatus(status)})
+            if old_hash == chash and body_status == cand.status:
+                counts["unchanged"] += 1
+                continue
+            counts["updated"] += 1
+            writes.append((cand, chash))
+        if writes:
+            _write(con, writes, run_id=run_id, now=now)
     return counts
+
+
+def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: datetime) -> None:
+    rows = pa.table(
+        {
+            "candidate_id": [c.candidate_id for c, _ in writes],
+            "kind": [c.kind.value for c, _ in writes],
+            "tenant_id": [c.tenant_id for c, _ in writes],
+            "subject_id": pa.array([c.subject_id for c, _ in writes], pa.string()),
+            "namespace": [c.namespace for c, _ in writes],
+            "status": [c.status.value for c, _ in writes],
+            "body": [json.dumps(c.model_dump(mode="json"), sort_keys=True) for c, _ in writes],
+            "content_hash": [h for _, h in writes],
+            "confidence": pa.array([c.confidence for c, _ in writes], pa.float64()),
+            "importance": pa.array([c.importance for c, _ in writes], pa.float64()),
+            "scorer": pa.array([c.scorer for c, _ in writes], pa.string()),
+            "reason": [c.reason for c, _ in writes],
+            "run_id": [run_id] * len(writes),
+            "created_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
+            "updated_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
+        }
+    )
+    evidence_rows: list[tuple[str, str, str, str | None]] = []
+    for cand, _ in writes:
+        subjects = {p.source_id: p.subject_id for p in cand.provenance}
+        seen: set[str] = set()
+        for role, ids in (
+            ("support", cand.support_ids),
+            ("counterexample", cand.counterexample_ids),
+        ):
+            for eid in ids:
+                if eid not in seen:
+                    seen.add(eid)
+                    evidence_rows.append((cand.candidate_id, eid, role, subjects.get(eid)))
+    evidence = pa.table(
+        {
+            "candidate_id": pa.array([r[0] for r in evidence_rows], pa.string()),
+            "episode_id": pa.array([r[1] for r in evidence_rows], pa.string()),
+            "role": pa.array([r[2] for r in evidence_rows], pa.string()),
+            "subject_id": pa.array([r[3] for r in evidence_rows], pa.string()),
+        }
+    )
+    con.register("incoming_candidates", rows)
+    con.register("incoming_evidence", evidence)
+    con.execute(
+        """INSERT INTO candidates SELECT * FROM incoming_candidates
+        ON CONFLICT (candidate_id) DO UPDATE SET status = excluded.status,
+        body = excluded.body, content_hash = excluded.content_hash,
+        confidence = excluded.confidence, importance = excluded.importance,
+        scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
+        updated_at = excluded.updated_at"""
+    )
+    con.execute(
+        "DELETE FROM candidate_evidence WHERE list_contains(?, candidate_id)",
+        [[c.candidate_id for c, _ in writes]],
+    )
+    con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
+    con.unregister("incoming_candidates")
+    con.unregister("incoming_evidence")
 
 
 def _from_rows(rows: list[tuple[Any, ...]]) -> list[Candidate]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,9 @@ class MetaStore:
     def __init__(self, path: Path | str, *, lock_timeout_s: float = 10.0) -> None:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
+        self._session: duckdb.DuckDBPyConnection | None = None
+        self._depth = 0
+        self._guard = threading.Lock()
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
@@ -57,8 +61,39 @@ class MetaStore:
                 delay = min(delay * 2, 0.5)
 
     @contextmanager
+    def session(self) -> Iterator[None]:
+        """Keep the file open across several operations (one stage on one partition).
+
+        Opening and closing a DuckDB file costs ~0.1 s here (catalog load, checkpoint on
+        close), so a stage that makes a dozen small writes holds one session for its few
+        hundred milliseconds instead; between stages the file is free for other processes.
+        Threads of this process share the session through cursors.
+        """
+        with self._guard:
+            if self._session is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._session = self._open()
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._depth -= 1
+                if self._depth == 0 and self._session is not None:
+                    self._session.close()
+                    self._session = None
+
+    @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection; close it quickly so others can take the file."""
+        """A short-lived connection (a cursor when a session is open); close it quickly."""
+        with self._guard:
+            shared = self._session.cursor() if self._session is not None else None
+        if shared is not None:
+            try:
+                yield shared
+            finally:
+                shared.close()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         con = self._open()
         try:

@@ -2,8 +2,13 @@
 
 Nested values (conditions, claims, provenance, sources) are stored as canonical JSON strings:
 Lance filters and DuckDB both read them, and schema evolution of a JSON column costs nothing.
-Every table shares the columns of DESIGN.md section 3 (scope, status, the four time fields,
+Every table shares the columns of DESIGN.md section 3 (scope, status, the time fields,
 sensitivity, purpose, authority, confidence, provenance, versions).
+
+Bitemporal rows: valid time is [valid_from, valid_to); transaction time is
+[recorded_at, recorded_to). A correction never edits meaning in place: the old row's
+recorded_to is closed and a new row version is inserted, so "what did we believe at T about
+time V" stays answerable. Current knowledge is ``recorded_to IS NULL``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def common_fields() -> list[pa.Field]:
         pa.field("valid_from", TS),
         pa.field("valid_to", TS),
         pa.field("recorded_at", TS, nullable=False),
+        pa.field("recorded_to", TS),  # transaction time end: null = what we believe now
         pa.field("expires_at", TS),
         pa.field("sensitivity", pa.string(), nullable=False),
         pa.field("purpose", pa.string()),

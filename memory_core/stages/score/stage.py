@@ -353,6 +353,10 @@ class _ScoreRun:
         put_cached_scores(meta, self.cache_puts.values(), now=ctx.now)
         set_candidate_scores(meta, updates, now=ctx.now)
         result.twins_followed = _follow_twins(meta, self.twins, now=ctx.now)
+        if not (self.pool or self.outcomes or self.submitted or result.twins_followed):
+            # nothing was pending: a rerun with no new work leaves no row anywhere
+            result.budget = self.budget.as_dict()
+            return result
         sync_usage = self.llm.usage if self.llm is not None else Usage()
         entries = build_ledger(
             self.config,

@@ -397,7 +397,9 @@ def test_no_score_is_ever_made_up(steps: list[str], count: int) -> None:
                 assert cand.importance is None
 
 
-def test_insight_twin_is_not_sent_and_takes_its_twins_score(stores: Stores, settings: Settings) -> None:
+def test_insight_twin_is_not_sent_and_takes_its_twins_score(
+    stores: Stores, settings: Settings
+) -> None:
     proc, _other = seed(stores, 2)
     twin = candidate(7, stats={"twin_of": proc.candidate_id})
     upsert_candidates(stores.meta, [twin], run_id="r0", now=NOW)

@@ -1,0 +1,165 @@
+"""Non-LLM consolidation stages (cluster + mine) on synthetic episodes, 384-d, 100 partitions.
+
+    python bench/consolidate.py --sizes 100000 1000000 [--partitions 100] [--workers 2]
+
+Episodes are written straight to Lance (ingest has its own bench) with a realistic shape: per
+partition a few dozen problems, each a noisy cluster around a centre, several action patterns
+whose success depends on a condition, noise conditions. Each size runs in a child process so
+peak RSS is its own. Reports seconds, episodes/s, peak RSS and the scaling exponent
+log(t2/t1)/log(n2/n1) between consecutive sizes (1.0 = linear).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+DIM = 384
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
+    from memory_core.config import load_settings
+    from memory_core.stores import open_stores
+    from memory_core.stores.schemas import TS, schema_for
+
+    settings = load_settings(home=home, embed={"model": "hash"})
+    stores = open_stores(settings)
+    stores.lance.ensure_tables(DIM)
+    rng = np.random.default_rng(seed)
+    per = n // partitions
+    problems = 40
+    centres = rng.standard_normal((partitions, problems, DIM)).astype(np.float32)
+    schema = schema_for("episodes", DIM)
+    table = stores.lance.table("episodes")
+    patterns = [["restart service", "clear cache"], ["reset adapter", "reconnect"], ["reinstall driver"]]
+    for p in range(partitions):
+        prob = rng.integers(0, problems, per)
+        vec = centres[p, prob] + 0.35 * rng.standard_normal((per, DIM)).astype(np.float32)
+        vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+        pat = rng.integers(0, len(patterns), per)
+        cause = rng.integers(0, 2, per)
+        ok = (pat % 2 == cause) | (rng.random(per) < 0.05)
+        ids = [f"p{p}-e{i}" for i in range(per)]
+        occurred = [T0 + timedelta(minutes=int(i)) for i in range(per)]
+        cols = {
+            "episode_id": ids,
+            "session_id": [f"p{p}-s{i // 3}" for i in range(per)],
+            "occurred_at": pa.array(occurred, TS),
+            "source_role": ["agent"] * per,
+            "goal": [f"problem {k} in partition {p}" for k in prob],
+            "actions": [patterns[k] for k in pat],
+            "outcome": ["success" if o else "failure" for o in ok],
+            "conditions": [
+                json.dumps({"error_code": str(700 + k), "cause_a": str(bool(c)).lower(), "os": ("win", "mac")[i % 2]})
+                for i, (k, c) in enumerate(zip(prob, cause, strict=True))
+            ],
+            "observations": [[] for _ in range(per)],
+            "feedback": [None] * per,
+            "claims": ["[]"] * per,
+            "consent_basis": [None] * per,
+            "sources": ["[]"] * per,
+            "procedure_id": [None] * per,
+            "procedure_version": [None] * per,
+            "redactions": pa.array([0] * per, pa.int32()),
+            "tenant_id": [f"t{p % 10}"] * per,
+            "subject_id": [f"u{(p * 131 + i) % 97}" for i in range(per)],
+            "namespace": [f"ns{p}"] * per,
+            "status": ["active"] * per,
+            "valid_from": pa.array(occurred, TS),
+            "valid_to": pa.nulls(per, TS),
+            "recorded_at": pa.array(occurred, TS),
+            "recorded_to": pa.nulls(per, TS),
+            "expires_at": pa.nulls(per, TS),
+            "sensitivity": ["low"] * per,
+            "purpose": [None] * per,
+            "authority": ["agent_inference"] * per,
+            "confidence": pa.array([1.0] * per, pa.float32()),
+            "importance": pa.nulls(per, pa.float32()),
+            "provenance": ["[]"] * per,
+            "content_hash": ids,
+            "embedding_version": ["bench"] * per,
+            "policy_version": ["1"] * per,
+            "text": [None] * per,
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), DIM),
+        }
+        table.add(pa.table({f.name: cols[f.name] for f in schema}, schema=schema))
+
+
+def run_stages(home: Path, workers: int) -> dict[str, float]:
+    from memory_core.config import load_settings
+    from memory_core.context import RunContext
+    from memory_core.stages.cluster import cluster_partition
+    from memory_core.stages.mine import mine_partition
+    from memory_core.stages.partitions import plan_partitions
+    from memory_core.stores import open_stores
+
+    settings = load_settings(home=home, embed={"model": "hash"})
+    stores = open_stores(settings)
+    ctx = RunContext(now=T0 + timedelta(days=90), run_id="bench")
+    t0 = time.perf_counter()
+    plan = plan_partitions(stores)
+
+    def one(work: object) -> None:
+        part = work.partition  # type: ignore[attr-defined]
+        with stores.meta.session():
+            cluster_partition(stores, settings.cluster, ctx, part)
+            mine_partition(stores, settings, ctx, part)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, plan))
+    return {"seconds": time.perf_counter() - t0, "partitions": len(plan)}
+
+
+def child(n: int, partitions: int, workers: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        t0 = time.perf_counter()
+        build(home, n, partitions)
+        built = time.perf_counter() - t0
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        out = run_stages(home, workers)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"episodes": n, "build_seconds": round(built, 1), **out, "peak_rss_mb": round(rss), "peak_rss_after_build_mb": round(rss_before)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--child", type=int)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.partitions, args.workers)
+        return
+    results = []
+    for n in args.sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(n), "--partitions", str(args.partitions), "--workers", str(args.workers)],
+            capture_output=True, text=True, check=True,
+        )
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        res["episodes_per_s"] = round(n / res["seconds"])
+        results.append(res)
+    exponents = [
+        round(math.log(b["seconds"] / a["seconds"]) / math.log(b["episodes"] / a["episodes"]), 3)
+        for a, b in zip(results, results[1:], strict=False)
+    ]
+    print(json.dumps({"results": results, "scaling_exponents": exponents}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""memctl command groups beyond the core: each module has ``register(app)``."""

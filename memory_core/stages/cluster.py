@@ -1,0 +1,483 @@
+"""Clustering stage: group a partition's episodes by the problem they are about.
+
+Why this shape
+--------------
+Mining (``counterexamples.py``) compares the successes of an action pattern with the failures
+of the same pattern *within one cluster*, so a cluster must hold one recurring problem and,
+ideally, all of it: successes and failures tell different stories in their text, yet they
+must land together.
+
+Features: the episode vector (unit norm) concatenated with a hashed bag-of-words of the goal
+(``HashEmbedder``, 128 dims) scaled by ``goal_weight``; the concatenation is renormalised and
+compared by cosine distance. The error code (``conditions["error_code"]``) is a *key*, not a
+soft feature: episodes with different error codes (a missing code is a value of its own)
+never share a cluster, so every cluster has one well-defined ``error_code``. A shared,
+non-empty error code is itself strong evidence of the same problem, worth
+``error_code_weight`` of distance: such an episode joins a cluster within
+``threshold + error_code_weight``, an episode without a code within ``threshold``.
+
+Algorithm (incremental leader clustering, deterministic): episodes not yet clustered are
+taken in (occurred_at, episode_id) order, in chunks. Per chunk, one matrix product assigns
+every episode that is within reach of a cluster existing at the start of the chunk (the
+nearest one wins; ties go to the older cluster). The rest run a sequential leader pass
+against the clusters seeded earlier in the same chunk, seeding a new cluster when none is
+close enough. A leader pass depends on which episodes come first, so the clusters seeded in
+this run are then folded into their nearest neighbour (same key) while their centroids lie
+within reach (``cluster_leader.merge_provisional``); clusters from earlier runs never merge
+with each other, so existing members stay where they are. Centroids are running means,
+renormalised; a stored unit centroid stands in for ``size`` members. No randomness is used,
+so ``config.seed`` has nothing to seed: the result depends only on input and configuration.
+
+Measured on the demo data (``memory_core.demo``, seeds 1-7): with MiniLM vectors every
+problem is one cluster per partition; without the error-code credit, threshold 0.35 split
+each problem into ~3 clusters. With the lexical hash embedder (tests) the leader pass alone
+split problems into 2-4 clusters; the merge step brings that back to one, and mining then
+finds all 30 true procedures with both embedders.
+
+``recluster=True`` rebuilds the partition from scratch and then keeps cluster ids stable by
+matching new clusters to old ones on shared members (greedy maximum overlap, deterministic
+ties). Unmatched clusters get ``stable_id("clu", tenant, namespace, first member)``.
+Clusters and members are written in one DuckDB transaction; a run with nothing new writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memory_core.config import ClusterConfig
+from memory_core.context import Partition, RunContext
+from memory_core.models import stable_id
+from memory_core.stages.cluster_leader import (
+    GOAL_DIM,
+    LeaderState,
+    assign,
+    episode_features,
+    merge_provisional,
+    seeds,
+)
+from memory_core.stores import MetaStore, Stores
+from memory_core.stores import clusters as cluster_store
+from memory_core.stores.lance import sql_quote
+
+__all__ = ["ClusterResult", "cluster_partition", "list_clusters"]
+
+logger = logging.getLogger(__name__)
+
+_CODE_PATTERN = r'"error_code":"(?P<code>[^"\\]*)"'
+_EPISODE_COLUMNS = ["episode_id", "subject_id", "occurred_at", "goal", "actions", "conditions"]
+
+
+@dataclass
+class ClusterResult:
+    """What one call did to one partition; ``as_dict`` is what flows publish."""
+
+    partition: str
+    episodes: int = 0
+    new_members: int = 0
+    new_clusters: int = 0
+    total_clusters: int = 0
+    reclustered: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "episodes": self.episodes,
+            "new_members": self.new_members,
+            "new_clusters": self.new_clusters,
+            "total_clusters": self.total_clusters,
+            "reclustered": self.reclustered,
+        }
+
+
+def list_clusters(meta: MetaStore, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """``[{cluster_id, tenant_id, namespace, member_ids, size, label}]`` for the CLI."""
+    return cluster_store.list_clusters(meta, tenant_id)
+
+
+def _error_code(conditions: str | None) -> str:
+    if not conditions:
+        return ""
+    try:
+        value = json.loads(conditions).get("error_code")
+    except (ValueError, AttributeError):
+        return ""
+    return str(value) if value not in (None, "") else ""
+
+
+def _error_codes(column: pa.ChunkedArray | pa.Array) -> list[str]:
+    """``conditions["error_code"]`` per row, vectorised for the common case.
+
+    Ingest writes conditions as canonical JSON, so a plain code is found by one regex pass in
+    Arrow; rows that mention the key in another shape (escapes, non-string values) are
+    decoded with json, so the answer never depends on the shortcut.
+    """
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    found = pc.extract_regex(column, _CODE_PATTERN)
+    codes = pc.struct_field(found, "code").to_pylist()  # null where no match
+    mentions = pc.match_substring(column, '"error_code"').to_pylist()
+    raw = None
+    out = []
+    for i, code in enumerate(codes):
+        if code is None and mentions[i]:
+            raw = raw if raw is not None else column.to_pylist()
+            code = _error_code(raw[i])
+        out.append(code or "")
+    return out
+
+
+def _label(goal: str | None, actions: list[str] | None, code: str) -> str:
+    if goal and goal.strip():
+        return goal.strip()[:120]
+    if code:
+        return f"error {code}"
+    return actions[0][:120] if actions else "(no goal)"
+
+
+def _load_episodes(stores: Stores, partition: Partition) -> pa.Table:
+    where = (
+        f"tenant_id = {sql_quote(partition.tenant_id)} AND "
+        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
+    )
+    return stores.lance.scan("episodes", where=where, columns=[*_EPISODE_COLUMNS, "vector"])
+
+
+def _in_order(table: pa.Table) -> pa.Table:
+    """Processing order: valid time, then id (deterministic whatever the scan order)."""
+    return table.sort_by([("occurred_at", "ascending"), ("episode_id", "ascending")])
+
+
+def _vectors(table: pa.Table) -> np.ndarray:
+    column = table.column("vector").combine_chunks()
+    dim = column.type.list_size
+    if table.num_rows == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    flat = column.flatten().to_numpy(zero_copy_only=False)
+    out = flat.reshape(table.num_rows, dim).astype(np.float32, copy=False)
+    if column.null_count:
+        out = out.copy()
+        out[np.asarray(column.is_null())] = 0.0
+    return out
+
+
+@dataclass
+class _Batch:
+    """Episodes to place, in processing order, with their features and keys."""
+
+    ids: list[str]
+    subjects: list[str | None]
+    labels: list[str]
+    codes: list[str]
+    features: np.ndarray
+
+
+def _batch(table: pa.Table, config: ClusterConfig) -> _Batch:
+    goals = table.column("goal").to_pylist()
+    codes = _error_codes(table.column("conditions"))
+    actions = table.column("actions").to_pylist()
+    return _Batch(
+        ids=table.column("episode_id").to_pylist(),
+        subjects=table.column("subject_id").to_pylist(),
+        labels=[_label(g, a, c) for g, a, c in zip(goals, actions, codes, strict=True)],
+        codes=codes,
+        features=episode_features(_vectors(table), goals, config.goal_weight),
+    )
+
+
+def _key_ids(codes: list[str], known: dict[str, int]) -> np.ndarray:
+    for code in codes:
+        if code not in known:
+            known[code] = len(known)
+    return np.array([known[c] for c in codes], dtype=np.int64)
+
+
+def _reach(codes: list[str], config: ClusterConfig) -> np.ndarray:
+    return np.array(
+        [config.threshold + (config.error_code_weight if c else 0.0) for c in codes],
+        dtype=np.float64,
+    )
+
+
+def cluster_partition(
+    stores: Stores,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    *,
+    recluster: bool = False,
+) -> ClusterResult:
+    """Place the partition's unclustered episodes (or all of them, with ``recluster``)."""
+    table = _load_episodes(stores, partition)
+    old_clusters, old_members = cluster_store.load_partition(
+        stores.meta, partition.tenant_id, partition.namespace
+    )
+    dim = table.schema.field("vector").type.list_size + GOAL_DIM
+    stale = old_clusters.num_rows > 0 and _centroid_dim(old_clusters) not in (None, dim)
+    if stale:
+        logger.warning(
+            "cluster %s: stored centroids have another dimension; rebuilding", partition.key
+        )
+    if recluster or stale:
+        result = _recluster(stores, config, ctx, partition, table, old_clusters, old_members)
+    else:
+        result = _incremental(stores, config, ctx, partition, table, old_clusters, old_members)
+    logger.info(
+        "cluster %s run=%s episodes=%d new_members=%d new_clusters=%d total=%d recluster=%s",
+        partition.key,
+        ctx.run_id,
+        result.episodes,
+        result.new_members,
+        result.new_clusters,
+        result.total_clusters,
+        result.reclustered,
+    )
+    return result
+
+
+def _centroid_dim(clusters: pa.Table) -> int | None:
+    lengths = pc.list_value_length(clusters.column("centroid")).drop_null()
+    return int(lengths[0].as_py()) if len(lengths) else None
+
+
+def _load_state(clusters: pa.Table, dim: int, codes_known: dict[str, int]) -> LeaderState:
+    """Existing clusters as leader state; a stored unit centroid stands for ``size`` members."""
+    state = LeaderState(dim)
+    if clusters.num_rows == 0:
+        return state
+    flat = clusters.column("centroid").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    centroids = np.asarray(flat, dtype=np.float32).reshape(clusters.num_rows, dim)
+    keys = _key_ids([c or "" for c in clusters.column("error_code").to_pylist()], codes_known)
+    sizes = np.maximum(np.nan_to_num(clusters.column("size").to_numpy(zero_copy_only=False)), 1)
+    state.load(centroids, sizes.astype(np.int64), keys)
+    return state
+
+
+def _fresh_id(partition: Partition, seed_episode: str, taken: set[str]) -> str:
+    """``stable_id("clu", tenant, namespace, seed)``; salted only if that id is already used."""
+    cid = stable_id("clu", partition.tenant_id, partition.namespace, seed_episode)
+    salt = 0
+    while cid in taken:
+        salt += 1
+        cid = stable_id("clu", partition.tenant_id, partition.namespace, seed_episode, salt)
+    taken.add(cid)
+    return cid
+
+
+def _cluster_table(
+    partition: Partition,
+    state: LeaderState,
+    rows: list[int],
+    attrs: list[tuple[str, str, str | None, datetime, datetime]],
+) -> pa.Table:
+    """Cluster rows (state rows ``rows``; attrs = id, label, code, created_at, updated_at)."""
+    n, dim = len(rows), state.dim
+    values = pa.array(state.centroids[rows].reshape(-1), pa.float32())
+    offsets = pa.array(np.arange(0, (n + 1) * dim, dim, dtype=np.int32))
+    ts = cluster_store.CLUSTER_SCHEMA.field("created_at").type
+    return pa.table(
+        {
+            "cluster_id": [a[0] for a in attrs],
+            "tenant_id": [partition.tenant_id] * n,
+            "namespace": [partition.namespace] * n,
+            "centroid": pa.ListArray.from_arrays(offsets, values),
+            "size": pa.array(state.sizes[rows].astype(np.int32)),
+            "label": [a[1] for a in attrs],
+            "error_code": [a[2] or None for a in attrs],
+            "created_at": pa.array([a[3] for a in attrs], ts),
+            "updated_at": pa.array([a[4] for a in attrs], ts),
+        },
+        schema=cluster_store.CLUSTER_SCHEMA,
+    )
+
+
+def _member_table(
+    partition: Partition,
+    batch: _Batch,
+    cluster_ids: list[str],
+    dists: np.ndarray,
+    assigned_at: list[datetime],
+) -> pa.Table:
+    n = len(batch.ids)
+    ts = cluster_store.MEMBER_SCHEMA.field("assigned_at").type
+    return pa.table(
+        {
+            "episode_id": batch.ids,
+            "cluster_id": cluster_ids,
+            "tenant_id": [partition.tenant_id] * n,
+            "namespace": [partition.namespace] * n,
+            "subject_id": batch.subjects,
+            "distance": pa.array(np.round(dists, 6), pa.float64()),
+            "assigned_at": pa.array(assigned_at, ts),
+        },
+        schema=cluster_store.MEMBER_SCHEMA,
+    )
+
+
+def _place(
+    batch: _Batch, config: ClusterConfig, state: LeaderState, codes_known: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Leader pass, then fold this run's clusters into near neighbours; (rows, distances)."""
+    first = state.count
+    keys = _key_ids(batch.codes, codes_known)
+    labels, _ = assign(batch.features, keys, _reach(batch.codes, config), state)
+    reach = {
+        key: config.threshold + (config.error_code_weight if code else 0.0)
+        for code, key in codes_known.items()
+    }
+    labels = merge_provisional(state, first, reach)[labels]
+    dists = 1.0 - np.einsum("ij,ij->i", batch.features, state.centroids[labels])
+    return labels, np.clip(dists, 0.0, 2.0)
+
+
+def _incremental(
+    stores: Stores,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    table: pa.Table,
+    old_clusters: pa.Table,
+    old_members: pa.Table,
+) -> ClusterResult:
+    """New episodes join the nearest cluster within reach or seed new ones; members stay put."""
+    result = ClusterResult(partition.key, episodes=table.num_rows)
+    result.total_clusters = old_clusters.num_rows
+    if old_members.num_rows:
+        known = old_members.column("episode_id").combine_chunks()
+        table = table.filter(pc.invert(pc.is_in(table.column("episode_id"), value_set=known)))
+    if table.num_rows == 0:
+        return result
+    batch = _batch(_in_order(table), config)
+    codes_known: dict[str, int] = {"": 0}
+    state = _load_state(old_clusters, batch.features.shape[1], codes_known)
+    k_old = state.count
+    labels, dists = _place(batch, config, state, codes_known)
+    old = old_clusters.select(["cluster_id", "label", "error_code", "created_at"]).to_pylist()
+    row_ids = {row: r["cluster_id"] for row, r in enumerate(old)}
+    taken = set(row_ids.values())
+    rows: list[int] = []
+    attrs: list[tuple[str, str, str | None, datetime, datetime]] = []
+    for row in sorted({int(r) for r in labels if r < k_old}):
+        prior = old[row]
+        rows.append(row)
+        attrs.append(
+            (prior["cluster_id"], prior["label"], prior["error_code"],
+             prior["created_at"] or ctx.now, ctx.now)
+        )  # fmt: skip
+    for row, seed in seeds(labels, k_old, state.count).items():
+        cid = _fresh_id(partition, batch.ids[seed], taken)
+        row_ids[row] = cid
+        rows.append(row)
+        attrs.append((cid, batch.labels[seed], batch.codes[seed], ctx.now, ctx.now))
+    members = _member_table(
+        partition, batch, [row_ids[int(r)] for r in labels], dists, [ctx.now] * len(batch.ids)
+    )
+    cluster_store.save_partition_clusters(
+        stores.meta,
+        partition.tenant_id,
+        partition.namespace,
+        _cluster_table(partition, state, rows, attrs),
+        members,
+        replace=False,
+    )
+    result.new_members = len(batch.ids)
+    result.new_clusters = len(row_ids) - k_old
+    result.total_clusters = len(row_ids)
+    return result
+
+
+def _match(
+    labels: np.ndarray, ids: list[str], old_of: dict[str, str], firsts: dict[int, int]
+) -> dict[int, str]:
+    """Greedy maximum-overlap matching of new cluster rows to old cluster ids.
+
+    Pairs are taken by overlap, largest first (ties: earlier seed, then old id), so the
+    result is deterministic; each old id is reused at most once.
+    """
+    overlap: Counter[tuple[int, str]] = Counter()
+    for index, eid in enumerate(ids):
+        old = old_of.get(eid)
+        if old is not None:
+            overlap[(int(labels[index]), old)] += 1
+    pairs = sorted(overlap.items(), key=lambda kv: (-kv[1], firsts[kv[0][0]], kv[0][1]))
+    matched: dict[int, str] = {}
+    used: set[str] = set()
+    for (row, old), _count in pairs:
+        if row not in matched and old not in used:
+            matched[row] = old
+            used.add(old)
+    return matched
+
+
+def _groups(mapping: dict[str, str]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for eid, cid in mapping.items():
+        out.setdefault(cid, set()).add(eid)
+    return out
+
+
+def _recluster(
+    stores: Stores,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    table: pa.Table,
+    old_clusters: pa.Table,
+    old_members: pa.Table,
+) -> ClusterResult:
+    """Rebuild the partition; reuse old ids by member overlap; write only if it changed."""
+    result = ClusterResult(partition.key, episodes=table.num_rows, reclustered=True)
+    batch = _batch(_in_order(table), config)
+    state = LeaderState(batch.features.shape[1])
+    labels, dists = _place(batch, config, state, {"": 0})
+    firsts = seeds(labels, 0, state.count)  # live rows (merged ones have no members left)
+    old_rows = {r["cluster_id"]: r for r in old_clusters.drop_columns(["centroid"]).to_pylist()}
+    old_member_rows = {r["episode_id"]: r for r in old_members.to_pylist()}
+    old_of = {eid: r["cluster_id"] for eid, r in old_member_rows.items()}
+    matched = _match(labels, batch.ids, old_of, firsts)
+    taken = set(matched.values())
+    row_ids = {
+        row: matched.get(row) or _fresh_id(partition, batch.ids[seed], taken)
+        for row, seed in sorted(firsts.items(), key=lambda kv: kv[1])
+    }
+    new_of = {eid: row_ids[int(r)] for eid, r in zip(batch.ids, labels, strict=True)}
+    result.total_clusters = len(row_ids)
+    if new_of == old_of and set(row_ids.values()) == set(old_rows):
+        return result  # the same clustering: write nothing, keep timestamps and centroids
+    old_sets, new_sets = _groups(old_of), _groups(new_of)
+    rows = sorted(row_ids)
+    attrs = []
+    for row in rows:
+        cid, seed = row_ids[row], firsts[row]
+        prior = old_rows.get(cid)
+        created = prior["created_at"] if prior else ctx.now
+        same = prior is not None and old_sets.get(cid) == new_sets[cid]
+        updated = prior["updated_at"] if same and prior else ctx.now
+        attrs.append((cid, batch.labels[seed], batch.codes[seed], created, updated))
+    assigned: list[datetime] = []
+    for index, eid in enumerate(batch.ids):
+        prior_member = old_member_rows.get(eid)
+        if prior_member is not None and prior_member["cluster_id"] == new_of[eid]:
+            dists[index] = prior_member["distance"] or 0.0
+            assigned.append(prior_member["assigned_at"] or ctx.now)
+        else:
+            assigned.append(ctx.now)
+    cluster_store.save_partition_clusters(
+        stores.meta,
+        partition.tenant_id,
+        partition.namespace,
+        _cluster_table(partition, state, rows, attrs),
+        _member_table(partition, batch, [new_of[e] for e in batch.ids], dists, assigned),
+        replace=True,
+    )
+    result.new_members = sum(old_of.get(e) != c for e, c in new_of.items())
+    result.new_clusters = sum(cid not in old_rows for cid in row_ids.values())
+    return result

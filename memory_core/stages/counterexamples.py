@@ -1,0 +1,391 @@
+"""Counterexample mining over ONE cluster: pure logic, no I/O (invariant 4).
+
+What counts
+-----------
+An *action pattern* is the exact, ordered tuple of an episode's actions (order matters: the
+demo's fixes share steps and differ only in the whole sequence). For a pattern:
+
+* successes are its episodes with outcome ``success``;
+* counterexamples are its episodes with outcome ``failure`` (same actions, failed);
+* ``partial`` and ``unknown`` are neither: they say nothing about whether the actions work
+  (a hand-over, an open ticket), so they never support and never contradict.
+
+Only patterns with at least :data:`MIN_PATTERN_SUCCESSES` distinct successes are proposed:
+one success is an anecdote, not a pattern, so it yields no candidate at all.
+
+Condition separation
+--------------------
+Conditions are ``key=value`` pairs compared as strings; a pair *holds* for an episode only when
+the episode records that key with that value (an unrecorded key does not satisfy a
+precondition). We search sets of 1..``max_condition_keys`` pairs that hold for ALL successes
+(the default; ``min_success_coverage`` can relax it) and for NO counterexample. Only pairs that
+exclude at least one counterexample are tried, so a pair that holds everywhere in the cluster
+(``error_code=720``) can never be part of a separator. Preference: a perfect separator before
+an imperfect one; then fewer pairs; then fewer successes excluded; then the more specific set
+(fewer cluster episodes satisfy it); then lexicographic order, for determinism. Without a
+perfect separator the best one is reported with its separation score (fraction of
+counterexamples it excludes); the rest stay unexplained and the policy rejects the candidate.
+
+With no counterexamples there is nothing to separate and no evidence about which conditions
+matter, so the preconditions are the whole observed envelope: every pair shared by all
+successes, except the cluster's key ``error_code`` (context by construction of the cluster).
+That is deliberately narrow: a too-narrow procedure is merely retrieved less often, a
+too-broad one ("error 720 -> reset", whatever the cause) is applied where it fails.
+
+``context`` lists the pairs every episode of the cluster shares (e.g. ``error_code=720``); the
+candidate's ``conditions`` are context plus preconditions.
+
+Statistics and policy
+---------------------
+Support = successes under the preconditions (distinct episodes, subjects, sessions; an episode
+without a session counts as its own session). Success rate and the Wilson lower bound use
+successes / (successes + failures) under the preconditions. The policy (``PolicyConfig``):
+``min_support`` distinct supporting episodes, ``min_subjects_tenant_scope`` subjects (mined
+procedures are always tenant scope), Wilson lower bound (z = ``wilson_z``) >=
+``min_wilson_lower`` (3 of 3: 0.53 passes; 3 of 4: 0.36 does not), and no unexplained
+counterexample. Each failed test is named in the reason, so a reviewer sees why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from memory_core.config import PolicyConfig
+
+__all__ = [
+    "CONTEXT_KEYS",
+    "MIN_PATTERN_SUCCESSES",
+    "PatternFinding",
+    "Separation",
+    "find_separator",
+    "mine_cluster",
+    "policy_failures",
+    "wilson_lower_bound",
+]
+
+MIN_PATTERN_SUCCESSES = 2
+CONTEXT_KEYS = frozenset({"error_code"})
+_MAX_ITEMS = 40
+_MAX_SUBSETS = 50_000
+
+Pair = tuple[str, str]
+
+
+def wilson_lower_bound(successes: int, trials: int, z: float) -> float:
+    """Lower end of the Wilson score interval of successes/trials (0 when nothing was tried)."""
+    if trials <= 0:
+        return 0.0
+    p = successes / trials
+    z2 = z * z
+    centre = p + z2 / (2 * trials)
+    margin = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
+    return max(0.0, (centre - margin) / (1 + z2 / trials))
+
+
+@dataclass(frozen=True)
+class Separation:
+    """The best condition set found and how well it separates successes from failures."""
+
+    conditions: dict[str, str]
+    counterexamples: int
+    excluded: int
+    successes_excluded: int = 0
+
+    @property
+    def score(self) -> float:
+        """Fraction of counterexamples the conditions exclude (1.0 when there are none)."""
+        return 1.0 if self.counterexamples == 0 else self.excluded / self.counterexamples
+
+    @property
+    def perfect(self) -> bool:
+        return self.excluded == self.counterexamples
+
+
+def _holds(conditions: Mapping[str, str], pairs: Iterable[Pair]) -> bool:
+    return all(conditions.get(k) == v for k, v in pairs)
+
+
+def _mask(rows: Sequence[Mapping[str, str]], pair: Pair) -> int:
+    key, value = pair
+    bits = 0
+    for i, row in enumerate(rows):
+        if row.get(key) == value:
+            bits |= 1 << i
+    return bits
+
+
+def find_separator(
+    successes: Sequence[Mapping[str, str]],
+    counterexamples: Sequence[Mapping[str, str]],
+    *,
+    max_keys: int,
+    ignore: Iterable[str] = (),
+    population: Sequence[Mapping[str, str]] | None = None,
+    min_success_coverage: float = 1.0,
+) -> Separation:
+    """The smallest condition set holding for the successes and for no counterexample."""
+    m = len(counterexamples)
+    if not successes or m == 0:
+        return Separation({}, m, m)
+    ignored = set(ignore)
+    need = max(1, math.ceil(min_success_coverage * len(successes) - 1e-9))
+    counts = Counter((k, str(v)) for row in successes for k, v in row.items() if k not in ignored)
+    full_c = (1 << m) - 1
+    items = []
+    for pair in sorted(p for p, c in counts.items() if c >= need):
+        c_mask = _mask(counterexamples, pair)
+        if c_mask != full_c:  # excludes at least one counterexample
+            items.append((pair, _mask(successes, pair), c_mask))
+    if not items:
+        return Separation({}, m, 0)
+    items.sort(key=lambda it: (-(m - it[2].bit_count()), it[0]))
+    items = items[:_MAX_ITEMS]
+    pop = list(population) if population is not None else [*successes, *counterexamples]
+    p_masks = {pair: _mask(pop, pair) for pair, _, _ in items}
+    n_s = len(successes)
+    best: tuple[Any, ...] | None = None
+    for size in range(1, max_keys + 1):
+        pool = items
+        while len(pool) > size and math.comb(len(pool), size) > _MAX_SUBSETS:
+            pool = pool[:-1]
+        for combo in itertools.combinations(pool, size):
+            if len({pair[0] for pair, _, _ in combo}) < size:
+                continue  # two values of one key never hold together
+            s_bits = c_bits = p_bits = -1
+            for pair, s_mask, c_mask in combo:
+                s_bits &= s_mask
+                c_bits &= c_mask
+                p_bits &= p_masks[pair]
+            covered = (s_bits & ((1 << n_s) - 1)).bit_count()
+            if covered < need:
+                continue
+            left = (c_bits & full_c).bit_count()
+            pairs = tuple(sorted(pair for pair, _, _ in combo))
+            rank = (left > 0, left, size, n_s - covered, p_bits.bit_count(), pairs)
+            if best is None or rank < best:
+                best = rank
+        if best is not None and best[0] is False:
+            break  # a perfect separator of this size: larger ones are never preferred
+    if best is None:
+        return Separation({}, m, 0)
+    _, left, _, s_excluded, _, pairs = best
+    return Separation(dict(pairs), m, m - left, s_excluded)
+
+
+def policy_failures(
+    *,
+    support_episodes: int,
+    support_subjects: int,
+    wilson_lower: float,
+    unexplained: int,
+    policy: PolicyConfig,
+    tenant_scope: bool = True,
+) -> list[str]:
+    """Names of the failed policy tests, each with the numbers that failed it."""
+    failed = []
+    if support_episodes < policy.min_support:
+        failed.append(
+            f"min_support: {support_episodes} distinct supporting episodes < {policy.min_support}"
+        )
+    if tenant_scope and support_subjects < policy.min_subjects_tenant_scope:
+        noun = "subject" if support_subjects == 1 else "subjects"
+        failed.append(
+            f"min_subjects: {support_subjects} {noun} < "
+            f"{policy.min_subjects_tenant_scope} at tenant scope"
+        )
+    if wilson_lower < policy.min_wilson_lower:
+        failed.append(f"wilson_lower: {wilson_lower:.2f} < {policy.min_wilson_lower:.2f}")
+    if unexplained:
+        failed.append(f"unexplained_counterexamples: {unexplained}")
+    return failed
+
+
+@dataclass(frozen=True)
+class PatternFinding:
+    """What mining found for one action pattern of one cluster."""
+
+    steps: tuple[str, ...]
+    success_ids: tuple[str, ...]
+    counterexample_ids: tuple[str, ...]
+    neither_ids: tuple[str, ...]
+    preconditions: dict[str, str]
+    context: dict[str, str]
+    separation: Separation
+    support_ids: tuple[str, ...]
+    unexplained_ids: tuple[str, ...]
+    support_subjects: tuple[str, ...]
+    support_sessions: int
+    wilson_lower: float
+    failed_tests: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed_tests
+
+    @property
+    def success_rate(self) -> float:
+        trials = len(self.support_ids) + len(self.unexplained_ids)
+        return len(self.support_ids) / trials if trials else 0.0
+
+    @property
+    def conditions(self) -> dict[str, str]:
+        return {**self.context, **self.preconditions}
+
+    @property
+    def reason(self) -> str:
+        if self.failed_tests:
+            return "; ".join(self.failed_tests)
+        explained = len(self.counterexample_ids)
+        why = format_conditions(self.preconditions) or "no conditions"
+        return (
+            f"passed: {len(self.support_ids)} supporting episodes from "
+            f"{len(self.support_subjects)} subjects, wilson_lower {self.wilson_lower:.2f}, "
+            f"{explained} counterexamples explained by {why}"
+        )
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "support_episodes": len(self.support_ids),
+            "support_subjects": len(self.support_subjects),
+            "support_sessions": self.support_sessions,
+            "counterexamples": len(self.counterexample_ids),
+            "unexplained_counterexamples": len(self.unexplained_ids),
+            "pattern_successes": len(self.success_ids),
+            "neither": len(self.neither_ids),
+            "wilson_lower": round(self.wilson_lower, 4),
+            "success_rate": round(self.success_rate, 4),
+            "separation": round(self.separation.score, 4),
+            "failed_tests": list(self.failed_tests),
+        }
+
+
+def format_conditions(conditions: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(conditions.items()))
+
+
+@dataclass(frozen=True)
+class _Ep:
+    episode_id: str
+    subject_id: str | None
+    session_id: str | None
+    steps: tuple[str, ...]
+    outcome: str
+    conditions: dict[str, str]
+
+
+def _conditions(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = json.loads(value) if value else {}
+    return {str(k): str(v) for k, v in dict(value).items() if v is not None}
+
+
+def _episodes(episodes: Iterable[Mapping[str, Any]] | pl.DataFrame) -> list[_Ep]:
+    rows = episodes.to_dicts() if isinstance(episodes, pl.DataFrame) else episodes
+    out: dict[str, _Ep] = {}
+    for row in rows:
+        eid = row["episode_id"]
+        out.setdefault(
+            eid,
+            _Ep(
+                eid,
+                row.get("subject_id"),
+                row.get("session_id"),
+                tuple(row.get("actions") or ()),
+                str(row.get("outcome") or "unknown"),
+                _conditions(row.get("conditions")),
+            ),
+        )
+    return sorted(out.values(), key=lambda e: e.episode_id)
+
+
+def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, str]:
+    if not rows:
+        return {}
+    shared = {k: v for k, v in rows[0].items() if k not in ignore}
+    for row in rows[1:]:
+        shared = {k: v for k, v in shared.items() if row.get(k) == v}
+    return dict(sorted(shared.items()))
+
+
+def _sessions(episodes: Sequence[_Ep]) -> int:
+    return len({e.session_id or f"episode:{e.episode_id}" for e in episodes})
+
+
+def mine_cluster(
+    episodes: Iterable[Mapping[str, Any]] | pl.DataFrame,
+    policy: PolicyConfig,
+    *,
+    min_success_coverage: float = 1.0,
+) -> list[PatternFinding]:
+    """Findings for every action pattern with >= MIN_PATTERN_SUCCESSES successes, by steps.
+
+    ``episodes`` are the cluster's episodes (dicts or a polars frame) with ``episode_id``,
+    ``subject_id``, ``session_id``, ``actions``, ``outcome`` and ``conditions`` (dict or JSON).
+    """
+    eps = _episodes(episodes)
+    ignore = set(policy.ignore_condition_keys)
+    population = [e.conditions for e in eps]
+    context = _shared(population, ignore)
+    patterns: dict[tuple[str, ...], list[_Ep]] = {}
+    for e in eps:
+        if e.steps:
+            patterns.setdefault(e.steps, []).append(e)
+    findings = []
+    for steps in sorted(patterns):
+        group = patterns[steps]
+        wins = [e for e in group if e.outcome == "success"]
+        if len(wins) < MIN_PATTERN_SUCCESSES:
+            continue
+        fails = [e for e in group if e.outcome == "failure"]
+        neither = [e for e in group if e.outcome not in ("success", "failure")]
+        separation = find_separator(
+            [e.conditions for e in wins],
+            [e.conditions for e in fails],
+            max_keys=policy.max_condition_keys,
+            ignore=ignore,
+            population=population,
+            min_success_coverage=min_success_coverage,
+        )
+        if fails:
+            pre = separation.conditions
+        else:
+            pre = _shared([e.conditions for e in wins], ignore | CONTEXT_KEYS)
+        support = [e for e in wins if _holds(e.conditions, pre.items())]
+        unexplained = [e for e in fails if _holds(e.conditions, pre.items())]
+        subjects = tuple(sorted({e.subject_id or "" for e in support}))
+        wilson = wilson_lower_bound(len(support), len(support) + len(unexplained), policy.wilson_z)
+        failed = policy_failures(
+            support_episodes=len(support),
+            support_subjects=len(subjects),
+            wilson_lower=wilson,
+            unexplained=len(unexplained),
+            policy=policy,
+        )
+        findings.append(
+            PatternFinding(
+                steps=steps,
+                success_ids=tuple(e.episode_id for e in wins),
+                counterexample_ids=tuple(e.episode_id for e in fails),
+                neither_ids=tuple(e.episode_id for e in neither),
+                preconditions=dict(sorted(pre.items())),
+                context={k: v for k, v in context.items() if k not in pre},
+                separation=separation,
+                support_ids=tuple(e.episode_id for e in support),
+                unexplained_ids=tuple(e.episode_id for e in unexplained),
+                support_subjects=subjects,
+                support_sessions=_sessions(support),
+                wilson_lower=wilson,
+                failed_tests=tuple(failed),
+            )
+        )
+    return findings

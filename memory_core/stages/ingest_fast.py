@@ -1,0 +1,658 @@
+"""Ingest's per-chunk work: parse, validate and gate a chunk of JSONL lines in bulk.
+
+Why this shape
+--------------
+A supplied vector is ~90% of a line (384 numbers), and parsing it into 384 Python floats
+(pydantic, ~40 us a line) dominated ingest. So each line whose ``"vector"`` is one top-level
+array of plain numbers is cut in two, textually: the rest of the line is validated by
+pydantic as usual (cheap without the vector), and the vectors of the whole chunk are parsed
+in one DuckDB ``from_json`` call into float64 (C++), then cast to float32 as the exact path
+does.
+
+The cut is only trusted when it provably changes nothing (see ``split_vector``): the key is
+outside every string at the top level of the object, the array holds no string, comment or
+literal, and the rest validates with no vector of its own. Any line that fails a check, the
+vector parse (anything but ``dim`` finite numbers), or validation goes through the exact
+path -- ``Episode.model_validate_json`` of the whole line, as before -- which also produces
+every error message, so the fast and the exact path store the same rows and report the same
+errors.
+
+Gating (redaction, claim authority) and the content hash work on the validated model's
+fields: the hash is SHA-256 of the same canonical JSON as before (sorted keys, compact,
+``ensure_ascii=False``), written by orjson instead of ``json.dumps`` (same bytes; it falls
+back to ``canonical_json`` if orjson refuses a value), so stored hashes stay valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import numpy as np
+import orjson
+import pyarrow as pa
+from pydantic import BaseModel, ValidationError
+
+from memory_core.errors import FieldError
+from memory_core.models import Authority, Episode, SourceRole, canonical_json
+from memory_core.stages.redact import Redactor, might_hold_secret, redact_text
+from memory_core.stores.schemas import TS
+
+__all__ = [
+    "ROW_COLUMNS",
+    "Chunk",
+    "VectorParser",
+    "cut_vector",
+    "exact_line",
+    "field_errors",
+    "process_block",
+    "process_chunk",
+    "split_vector",
+]
+
+logger = logging.getLogger(__name__)
+
+_NO_AUTHORITY_ROLES = frozenset({SourceRole.tool, SourceRole.agent})
+_ROLE_AUTHORITY = {role: Authority.of_role(role).value for role in SourceRole}
+_VECTOR_KEY = re.compile(rb'"vector"[ \t]*:[ \t]*\[')
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z
+_REDACTED_KEYS = ("goal", "text", "feedback", "actions", "observations", "conditions", "claims")
+
+# Columns of a chunk's table: the episodes schema's per-row columns, then helpers that the
+# writer drops (_line: input line, _blocked: claims stripped of authority, _embed_text: what
+# to embed when no vector was supplied).
+ROW_COLUMNS: tuple[tuple[str, pa.DataType], ...] = (
+    ("episode_id", pa.string()),
+    ("session_id", pa.string()),
+    ("occurred_at", TS),
+    ("source_role", pa.string()),
+    ("goal", pa.string()),
+    ("actions", pa.list_(pa.string())),
+    ("outcome", pa.string()),
+    ("conditions", pa.string()),
+    ("observations", pa.list_(pa.string())),
+    ("feedback", pa.string()),
+    ("claims", pa.string()),
+    ("consent_basis", pa.string()),
+    ("sources", pa.string()),
+    ("procedure_id", pa.string()),
+    ("procedure_version", pa.string()),
+    ("redactions", pa.int32()),
+    ("tenant_id", pa.string()),
+    ("subject_id", pa.string()),
+    ("namespace", pa.string()),
+    ("recorded_at", TS),
+    ("expires_at", TS),
+    ("sensitivity", pa.string()),
+    ("purpose", pa.string()),
+    ("authority", pa.string()),
+    ("content_hash", pa.string()),
+    ("text", pa.string()),
+    ("_line", pa.int64()),
+    ("_blocked", pa.int32()),
+    ("_embed_text", pa.string()),
+)
+_ROW_SCHEMA = pa.schema([pa.field(name, kind) for name, kind in ROW_COLUMNS])
+
+
+@dataclass
+class Chunk:
+    """The validated, gated good lines of one chunk, and the bad ones with their errors."""
+
+    table: pa.Table  # ROW_COLUMNS, in line order
+    vectors: np.ndarray  # (rows, dim) float32; zeros where none was supplied
+    has_vector: np.ndarray  # (rows,) bool
+    errors: list[FieldError] = field(default_factory=list)
+    bad_raw: dict[int, str] = field(default_factory=dict)
+    lines: int = 0  # non-blank lines
+    line_count: int = 0  # all lines, blank ones too: the next chunk's first line follows
+    redactions: Counter[str] = field(default_factory=Counter)
+    exact: int = 0  # good lines that took the exact path (for tests and profiling)
+
+
+# --- the cut ------------------------------------------------------------------------------
+
+_WS = b" \t"
+
+
+def cut_vector(buf: bytes, start: int, end: int) -> tuple[bytes, int, int] | None:
+    """Cut ``"vector": [...]`` out of the line ``buf[start:end]`` (UTF-8 JSON).
+
+    ``(rest, vector_start, vector_end)``: the line without the member, and where its array
+    (brackets included) is in ``buf``; ``(line, -1, -1)`` when the line has no
+    ``"vector"``; None when the cut cannot be trusted, so the line takes the exact path.
+    The cut is trusted only if validating ``rest`` and parsing the array means exactly what
+    validating the whole line means:
+
+    * the key is outside every string (an even number of unescaped quotes before it) and at
+      depth 1, a member of the top-level object (no counting needed when the array is
+      followed only by the closing brace: if ``rest`` validates, that brace closes the
+      top-level object);
+    * it sits between members (``{`` or ``,`` before, ``,`` or ``}`` after), so removing it
+      and one comma leaves valid JSON exactly when the line was;
+    * the array holds no string, comment or literal (no ``"``, ``/``, ``a``, ``u``; NaN and
+      Infinity are refused as non-finite after parsing) and no trailing comma: where
+      DuckDB's JSON reader is laxer than pydantic's.
+
+    A second ``"vector"`` key would survive in ``rest``: the caller routes a rest that
+    validates with a vector to the exact path. Works on bytes: UTF-8 never puts an ASCII
+    byte inside a multi-byte character, so counting quotes and braces is exact.
+    """
+    i = buf.find(b'"vector"', start, end)
+    if i < 0:
+        return buf[start:end], -1, -1
+    match = _VECTOR_KEY.match(buf, i, end)
+    if match is None:
+        return None
+    k = match.end() - 1  # '['
+    j = buf.find(b"]", k, end)
+    if j < 0:
+        return None
+    if (
+        buf.find(b'"', k, j) >= 0
+        or buf.find(b"/", k, j) >= 0
+        or buf.find(b"a", k, j) >= 0
+        or buf.find(b"u", k, j) >= 0
+    ):
+        return None
+    last = j - 1
+    while buf[last] in _WS:
+        last -= 1
+    if buf[last] == 44:  # ',' before ']'
+        return None
+    before = i - 1
+    while before >= start and buf[before] in _WS:
+        before -= 1
+    after = j + 1
+    while after < end and buf[after] in _WS:
+        after += 1
+    if before < start or after >= end:
+        return None
+    prefix = None
+    if buf.find(b"\\", start, i) < 0:
+        quotes = buf.count(b'"', start, i)
+    else:
+        prefix = _ESCAPE.sub(b"", buf[start:i])
+        quotes = prefix.count(b'"')
+    if quotes % 2:
+        return None
+    opener, closer = buf[before], buf[after]
+    if closer != 125 or buf[after + 1 : end].strip():  # not the last member: count depth
+        bare = _STRING.sub(b"", buf[start:i] if prefix is None else prefix)
+        if bare.count(b"{") + bare.count(b"[") - bare.count(b"}") - bare.count(b"]") != 1:
+            return None
+    if opener == 44 and closer in (44, 125):  # ',' ... ',' or '}'
+        return buf[start:before] + buf[j + 1 : end], k, j + 1
+    if opener == 123 and closer == 125:  # '{' ... '}'
+        return buf[start:i] + buf[j + 1 : end], k, j + 1
+    if opener == 123 and closer == 44:  # '{' ... ','
+        following = after + 1
+        while following < end and buf[following] in _WS:
+            following += 1
+        if following < end and buf[following] == 125:  # `{"vector": [..],}`
+            return None
+        return buf[start:i] + buf[after + 1 : end], k, j + 1
+    return None
+
+
+def split_vector(line: str) -> tuple[str, str | None] | None:
+    """``cut_vector`` for one ``str`` line: ``(rest, "[...]" or None)`` or None."""
+    data = line.encode()
+    cut = cut_vector(data, 0, len(data))
+    if cut is None:
+        return None
+    rest, k, j = cut
+    return rest.decode(), (data[k:j].decode() if k >= 0 else None)
+
+
+# --- vectors ------------------------------------------------------------------------------
+
+
+class VectorParser:
+    """Parses many JSON number arrays at once with DuckDB's ``from_json`` (yyjson, C++).
+
+    ``parse`` returns a ``(n, dim)`` float32 array and a mask of the arrays that parsed to
+    exactly ``dim`` finite numbers (the rest take the exact path). Values are parsed to
+    float64 and cast to float32 by numpy, as the exact path does. (A worker thread was
+    measured: DuckDB's Arrow scan holds the GIL long enough that it did not pay.)
+    """
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._broken = False
+
+    def __enter__(self) -> VectorParser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def parse(
+        self, buf: bytes, starts: Sequence[int], ends: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The arrays at ``buf[starts[i]:ends[i]]``: ``(n, dim)`` float32 and the ok mask."""
+        n, dim = len(starts), self.dim
+        if n == 0 or self._broken:
+            return np.zeros((n, dim), np.float32), np.zeros(n, bool)
+        try:
+            lists = self._from_json(buf, starts, ends)
+        except duckdb.Error as exc:  # e.g. no JSON extension: everything takes the exact path
+            logger.warning("vector fast path unavailable (%s); using the exact path", exc)
+            self._broken = True
+            return np.zeros((n, dim), np.float32), np.zeros(n, bool)
+        offsets = lists.offsets.to_numpy()
+        ok = np.diff(offsets) == dim
+        if lists.null_count:
+            ok &= lists.is_valid().to_numpy(zero_copy_only=False)
+        values = lists.values
+        if values.null_count:
+            values = values.fill_null(float("nan"))
+        flat = values.to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(~np.isfinite(flat))
+        if bad.size:
+            ok[np.searchsorted(offsets, bad, side="right") - 1] = False
+        with np.errstate(over="ignore"):
+            if ok.all() and offsets[0] == 0:
+                return flat[: n * dim].astype(np.float32).reshape(n, dim), ok
+            out = np.zeros((n, dim), np.float32)
+            rows = np.flatnonzero(ok)
+            out[rows] = flat[offsets[rows, None] + np.arange(dim)]
+            return out, ok
+
+    def _from_json(self, buf: bytes, starts: Sequence[int], ends: Sequence[int]) -> pa.ListArray:
+        """DuckDB reads the arrays in place: a string column over ``buf`` whose even rows are
+        the arrays and odd rows what lies between them (filtered out before parsing)."""
+        if self._con is None:
+            self._con = duckdb.connect(config={"threads": 1})
+        n = len(starts)
+        offsets = np.empty(2 * n, np.int64)
+        offsets[0::2] = starts
+        offsets[1::2] = ends
+        rows = 2 * n - 1
+        column = pa.LargeStringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(buf))
+        table = pa.table({"v": column, "keep": pa.array(np.arange(rows) % 2 == 0)})
+        result = (
+            self._con.from_arrow(table)
+            .filter("keep")
+            .select("try(from_json(v, '[\"DOUBLE\"]')) AS v")
+            .to_arrow_table()
+        )
+        parsed = result.column(0)
+        lists = parsed.combine_chunks() if parsed.num_chunks != 1 else parsed.chunk(0)
+        if len(lists) != n:
+            msg = f"vector parse returned {len(lists)} rows for {n}"
+            raise duckdb.Error(msg)
+        return lists
+
+
+# --- the exact path -----------------------------------------------------------------------
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(record)"
+
+
+def _record_id(raw: str) -> str | None:
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    rid = value.get("episode_id") if isinstance(value, dict) else None
+    return redact_text(rid) if isinstance(rid, str) else None
+
+
+def field_errors(number: int, raw: str, exc: ValidationError) -> list[FieldError]:
+    """One ``FieldError`` per pydantic error of a line: line, field path, reason."""
+    rid = _record_id(raw)
+    errors = []
+    for err in exc.errors(include_input=False, include_url=False):
+        reason = err["msg"]
+        if err["type"] == "json_invalid":
+            reason = f"not valid JSON: {err.get('ctx', {}).get('error', reason)}"
+        errors.append(FieldError(number, _loc(err["loc"]), reason, rid))
+    return errors
+
+
+def exact_line(
+    number: int, raw: str, dim: int | None
+) -> tuple[Episode | None, np.ndarray | None, list[FieldError]]:
+    """Validate a whole line with pydantic: ``(episode, float32 vector or None, errors)``."""
+    try:
+        episode = Episode.model_validate_json(raw)
+    except ValidationError as exc:
+        return None, None, field_errors(number, raw, exc)
+    if episode.vector is None:
+        return episode, None, []
+    if dim is not None and len(episode.vector) != dim:
+        reason = f"has {len(episode.vector)} dimensions, the store expects {dim}"
+        return None, None, [FieldError(number, "vector", reason, episode.episode_id)]
+    with np.errstate(over="ignore"):
+        vector = np.asarray(episode.vector, dtype=np.float32)
+    if np.isnan(vector).any():  # pydantic takes NaN; the Lance write would refuse the batch
+        reason = "has NaN values; vectors must be numbers"
+        return None, None, [FieldError(number, "vector", reason, episode.episode_id)]
+    return episode, vector, []
+
+
+# --- the gate -----------------------------------------------------------------------------
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError
+
+
+def _dumps(value: object) -> str:
+    try:
+        return orjson.dumps(value, default=_json_default, option=_JSON_OPTS).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return canonical_json(value)
+
+
+def _content_hash(content: dict[str, Any], episode: Episode, gated: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the gated content (recorded_at and vector left out)."""
+    try:
+        payload = orjson.dumps(content, default=_json_default, option=_JSON_OPTS)
+    except (TypeError, orjson.JSONEncodeError):
+        dumped = episode.model_dump(mode="json", exclude={"vector", "recorded_at"})
+        dumped.update(gated)
+        payload = canonical_json(dumped).encode()
+    return hashlib.sha256(payload).hexdigest()[:32]
+
+
+def _gate(
+    number: int, episode: Episode, now: datetime, *, has_vector: bool
+) -> tuple[tuple[Any, ...], Counter[str] | None]:
+    """One row of ROW_COLUMNS (secrets redacted, tool/agent claims without authority), and
+    what was redacted (None: nothing).
+
+    Redacted: every string of goal, text, feedback, actions, observations, condition values
+    and claims (predicate, object, span); one screen of all of them decides whether to look.
+    """
+    d = episode.__dict__
+    role = d["source_role"]
+    gated: dict[str, Any] = {
+        "goal": d["goal"],
+        "text": d["text"],
+        "feedback": d["feedback"],
+        "actions": d["actions"],
+        "observations": d["observations"],
+        "conditions": d["conditions"],
+        "claims": [
+            {"predicate": c.predicate, "object": c.object, "span": c.span} for c in d["claims"]
+        ],
+    }
+    texts = [d["goal"] or "", d["text"] or "", d["feedback"] or "", *d["actions"]]
+    texts += d["observations"]
+    texts += d["conditions"].values()
+    for c in gated["claims"]:
+        texts += (c["predicate"], c["object"], c["span"] or "")
+    # "\0" cannot make a match inside one text disappear, so one screen of the join suffices.
+    counts = None
+    if might_hold_secret("\0".join(texts)):
+        redactor = Redactor()
+        gated = {key: redactor.value(value) for key, value in gated.items()}
+        counts = redactor.counts
+    no_authority = role in _NO_AUTHORITY_ROLES
+    claims = gated["claims"]
+    if claims:
+        authority = Authority.none.value if no_authority else _ROLE_AUTHORITY[role]
+        kind = "observation" if no_authority else "statement"
+        for claim in claims:
+            claim["authority"] = authority
+            claim["kind"] = kind
+    content = d.copy()
+    del content["vector"], content["recorded_at"]
+    content.update(gated)
+    chash = _content_hash(content, episode, gated)
+    embed_text = None
+    if not has_vector:
+        view = episode.model_copy(update=gated) if counts else episode
+        embed_text = view.embedding_text()
+    conditions = gated["conditions"]
+    sources = d["sources"]
+    row = (
+        d["episode_id"],
+        d["session_id"],
+        d["occurred_at"],
+        role,
+        gated["goal"],
+        gated["actions"],
+        d["outcome"],
+        _dumps(conditions) if conditions else "{}",
+        gated["observations"],
+        gated["feedback"],
+        _dumps(claims) if claims else "[]",
+        d["consent_basis"],
+        _dumps(sources) if sources else "[]",
+        d["procedure_id"],
+        d["procedure_version"],
+        sum(counts.values()) if counts else 0,
+        d["tenant_id"],
+        d["subject_id"],
+        d["namespace"],
+        d["recorded_at"] or now,
+        d["expires_at"],
+        d["sensitivity"],
+        d["purpose"],
+        _ROLE_AUTHORITY[role],
+        chash,
+        gated["text"],
+        number,
+        len(claims) if no_authority else 0,
+        embed_text,
+    )
+    return row, counts
+
+
+# --- a chunk ------------------------------------------------------------------------------
+
+# Line breaks of str.splitlines besides "\n" and "\r\n": where present, lines are cut by
+# decoding (the bytes path below would number lines differently).
+_ASCII_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_UTF8_BREAKS = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
+
+
+def _line_spans(data: bytes) -> tuple[list[int], list[int]] | None:
+    """Where ``data.decode().splitlines()`` would cut, as byte offsets; None when only
+    decoding can tell (a lone carriage return or another Unicode line break)."""
+    crlf = b"\r" in data
+    if crlf and data.count(b"\r") != data.count(b"\r\n"):
+        return None
+    if any(sep in data for sep in _ASCII_BREAKS):
+        return None
+    if not data.isascii() and any(sep in data for sep in _UTF8_BREAKS):
+        return None
+    starts: list[int] = []
+    ends: list[int] = []
+    pos, size, find = 0, len(data), data.find
+    while pos < size:
+        stop = find(b"\n", pos)
+        if stop < 0:
+            stop = size
+        starts.append(pos)
+        ends.append(stop - 1 if crlf and stop > pos and data[stop - 1] == 13 else stop)
+        pos = stop + 1
+    return starts, ends
+
+
+def process_block(
+    data: bytes,
+    first_line: int,
+    *,
+    dim: int,
+    now: datetime,
+    parser: VectorParser | None = None,
+    keep_bad: bool = True,
+) -> Chunk:
+    """Validate and gate a block of whole lines of a UTF-8 file (numbered from ``first_line``).
+
+    Raises ``UnicodeDecodeError`` if the block is not UTF-8; never raises on bad lines.
+    """
+    spans = _line_spans(data)
+    if spans is None:
+        lines = data.decode().splitlines()
+        return process_chunk(lines, first_line, dim=dim, now=now, parser=parser, keep_bad=keep_bad)
+    if not data.isascii():
+        data.decode()  # the whole block must be UTF-8, not just the strings pydantic reads
+    return _process(data, spans, None, first_line, dim, now, parser, keep_bad)
+
+
+def process_chunk(
+    lines: Sequence[str],
+    first_line: int,
+    *,
+    dim: int,
+    now: datetime,
+    parser: VectorParser | None = None,
+    keep_bad: bool = True,
+) -> Chunk:
+    """Validate and gate ``lines`` (numbered from ``first_line``); never raises on bad input.
+
+    Without a ``parser`` every line takes the exact path.
+    """
+    encoded: list[bytes] = []
+    for line in lines:
+        try:
+            encoded.append(line.encode())
+        except UnicodeEncodeError:  # a lone surrogate: the exact path reports it
+            encoded.append(b"\n")  # not a valid line on its own, so never cut
+    starts, ends, pos = [], [], 0
+    for item in encoded:
+        starts.append(pos)
+        pos += len(item)
+        ends.append(pos)
+        pos += 1
+    return _process(
+        b"\n".join(encoded), (starts, ends), lines, first_line, dim, now, parser, keep_bad
+    )
+
+
+def _process(
+    buf: bytes,
+    spans: tuple[list[int], list[int]],
+    lines: Sequence[str] | None,
+    first_line: int,
+    dim: int,
+    now: datetime,
+    parser: VectorParser | None,
+    keep_bad: bool,  # noqa: FBT001
+) -> Chunk:
+    starts, ends = spans
+    count = 0
+    exact: list[tuple[int, int]] = []  # (line number, index)
+    fast: list[tuple[int, int, bytes, int]] = []  # (line, index, rest, index into vectors)
+    vec_starts: list[int] = []
+    vec_ends: list[int] = []
+    for idx, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        if start == end or buf[start] != 123:  # not '{': maybe blank
+            text = lines[idx] if lines is not None else buf[start:end].decode()
+            if not text.strip():
+                continue
+        count += 1
+        number = first_line + idx
+        cut = cut_vector(buf, start, end) if parser is not None else None
+        if cut is None:
+            exact.append((number, idx))
+            continue
+        rest, k, j = cut
+        if k < 0:
+            fast.append((number, idx, rest, -1))
+        else:
+            fast.append((number, idx, rest, len(vec_starts)))
+            vec_starts.append(k)
+            vec_ends.append(j)
+    if parser is not None and vec_starts:
+        fast_vectors, fast_ok = parser.parse(buf, vec_starts, vec_ends)
+    else:
+        fast_vectors, fast_ok = np.zeros((0, dim), np.float32), np.zeros(0, bool)
+
+    # (line, index into fast_vectors or -1, row, redactions) of the good lines
+    good: list[tuple[int, int, tuple[Any, ...], Counter[str] | None]] = []
+    validate = Episode.__pydantic_validator__.validate_json
+    for number, idx, rest, ref in fast:
+        try:
+            episode = validate(rest)
+        except ValidationError:
+            exact.append((number, idx))
+            continue
+        if episode.vector is not None or (ref >= 0 and not fast_ok[ref]):
+            exact.append((number, idx))  # a second "vector" key, or a vector DuckDB refused
+            continue
+        row, counts = _gate(number, episode, now, has_vector=ref >= 0)
+        good.append((number, ref, row, counts))
+
+    errors: list[FieldError] = []
+    bad_raw: dict[int, str] = {}
+    exact_vectors: dict[int, np.ndarray] = {}
+    n_exact = 0
+    for number, idx in sorted(exact):
+        raw = lines[idx] if lines is not None else buf[starts[idx] : ends[idx]].decode()
+        episode, vector, errs = exact_line(number, raw, dim)
+        if episode is None:
+            errors += errs
+            if keep_bad:
+                bad_raw[number] = raw
+            continue
+        if vector is not None:
+            exact_vectors[number] = vector
+        row, counts = _gate(number, episode, now, has_vector=vector is not None)
+        good.append((number, -1, row, counts))
+        n_exact += 1
+    if n_exact:
+        good.sort(key=lambda item: item[0])
+
+    vectors = np.zeros((len(good), dim), np.float32)
+    has_vector = np.zeros(len(good), bool)
+    redactions: Counter[str] = Counter()
+    take_rows: list[int] = []
+    take_from: list[int] = []
+    for pos, (number, ref, _, counts) in enumerate(good):
+        if ref >= 0:
+            take_rows.append(pos)
+            take_from.append(ref)
+        elif number in exact_vectors:
+            vectors[pos] = exact_vectors[number]
+            has_vector[pos] = True
+        if counts:
+            redactions.update(counts)
+    if take_rows:
+        vectors[take_rows] = fast_vectors[take_from]
+        has_vector[take_rows] = True
+    table = _ROW_SCHEMA.empty_table()
+    if good:
+        columns = zip(*[item[2] for item in good], strict=True)
+        table = pa.Table.from_arrays(
+            [pa.array(col, kind) for col, (_, kind) in zip(columns, ROW_COLUMNS, strict=True)],
+            schema=_ROW_SCHEMA,
+        )
+    return Chunk(
+        table=table,
+        vectors=vectors,
+        has_vector=has_vector,
+        errors=errors,
+        bad_raw=bad_raw,
+        lines=count,
+        line_count=len(starts),
+        redactions=redactions,
+        exact=n_exact,
+    )

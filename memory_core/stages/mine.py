@@ -1,0 +1,390 @@
+"""Mining stage: clusters -> procedural and semantic candidates, stored with their evidence.
+
+Per partition (one tenant, one namespace: nothing crosses it), after clustering:
+
+1. every cluster is mined as a whole (``counterexamples.mine_cluster``): one procedural
+   candidate per action pattern with repeated successes, ``pending_score`` when the policy
+   passes, otherwise ``auto_rejected`` with the failed tests in ``reason``;
+2. each passing procedural candidate gets a semantic *insight* twin ("error 720 was resolved
+   by ..., 3 of 3 times when adapter_mismatch=true"); a twin whose procedure stops passing is
+   kept in step as ``auto_rejected`` instead of being left pending;
+3. users' claims are aggregated into preference candidates (``claims.aggregate_claims``);
+4. candidates are upserted by deterministic id, so a rerun updates instead of duplicating and
+   a rerun with nothing new writes nothing;
+5. claims without authority (tool/agent) are counted in the audit log as blocked preference
+   writes, each exactly once across runs: the audit event lists the episode ids it counted.
+
+Candidate ids: ``stable_id("cand", kind, tenant, namespace, subject or "", <content>, policy
+version)``. For a procedure the content is (cluster id, steps): the same steps can solve two
+different problems in one partition (two clusters), and must not collide; preconditions and
+evidence are left out so the candidate updates in place as evidence grows. A twin's content is
+its procedure's id (its claim text embeds the conditions, which may change).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.compute as pc
+
+from memory_core.config import Settings
+from memory_core.context import Partition, RunContext
+from memory_core.models import (
+    Authority,
+    Candidate,
+    CandidateKind,
+    CandidateStatus,
+    ClaimSpec,
+    ProcedureSpec,
+    Provenance,
+    stable_id,
+)
+from memory_core.stages.claims import aggregate_claims
+from memory_core.stages.counterexamples import PatternFinding, format_conditions, mine_cluster
+from memory_core.stores import Stores
+from memory_core.stores import clusters as cluster_store
+from memory_core.stores.audit import record_audit
+from memory_core.stores.candidates import get_candidates, list_candidates, upsert_candidates
+from memory_core.stores.lance import sql_quote
+
+__all__ = ["MiningResult", "mine_partition", "procedural_candidate_id"]
+
+logger = logging.getLogger(__name__)
+
+_COLUMNS = [
+    "episode_id",
+    "subject_id",
+    "session_id",
+    "occurred_at",
+    "source_role",
+    "goal",
+    "actions",
+    "outcome",
+    "conditions",
+    "claims",
+    "content_hash",
+    "text",
+]
+
+
+@dataclass
+class MiningResult:
+    """What one call mined in one partition; ``as_dict`` is what flows publish."""
+
+    partition: str
+    episodes: int = 0
+    clusters: int = 0
+    procedural: int = 0
+    passed: int = 0
+    auto_rejected: int = 0
+    insights: int = 0
+    preferences: int = 0
+    blocked_claims: int = 0
+    stale: int = 0
+    upserted: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "episodes": self.episodes,
+            "clusters": self.clusters,
+            "procedural": self.procedural,
+            "passed": self.passed,
+            "auto_rejected": self.auto_rejected,
+            "insights": self.insights,
+            "preferences": self.preferences,
+            "blocked_claims": self.blocked_claims,
+            "stale": self.stale,
+            "upserted": dict(self.upserted),
+        }
+
+
+def procedural_candidate_id(
+    partition: Partition, cluster_id: str, steps: list[str] | tuple[str, ...], version: str
+) -> str:
+    return stable_id(
+        "cand",
+        CandidateKind.procedural.value,
+        partition.tenant_id,
+        partition.namespace,
+        "",
+        [cluster_id, list(steps)],
+        version,
+    )
+
+
+def _twin_id(partition: Partition, procedural_id: str, version: str) -> str:
+    return stable_id(
+        "cand",
+        CandidateKind.semantic.value,
+        partition.tenant_id,
+        partition.namespace,
+        "",
+        ["insight", procedural_id],
+        version,
+    )
+
+
+def _with_claims(table: Any) -> Any:
+    """Rows whose claims column holds at least one claim (null and "[]" do not)."""
+    return pc.fill_null(pc.not_equal(table.column("claims"), "[]"), fill_value=False)
+
+
+def _load(stores: Stores, partition: Partition) -> tuple[int, list[dict[str, Any]]]:
+    """(active episodes, those with actions or claims as dicts, JSON fields parsed).
+
+    Episodes with neither can feed no candidate, so they are never materialised; the rest are
+    built column by column (much faster than ``Table.to_pylist``), and the free text is kept
+    only for episodes with claims, the one place it is read (explicit-change markers).
+    """
+    where = (
+        f"tenant_id = {sql_quote(partition.tenant_id)} AND "
+        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
+    )
+    table = stores.lance.scan("episodes", where=where, columns=_COLUMNS)
+    total = table.num_rows
+    has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
+    table = table.filter(pc.or_kleene(_with_claims(table), has_actions))
+    columns = {name: table.column(name).to_pylist() for name in _COLUMNS if name != "text"}
+    claim_rows = _with_claims(table)
+    texts = iter(table.column("text").filter(claim_rows).to_pylist())
+    rows = []
+    for i, with_claims in enumerate(claim_rows.to_pylist()):
+        row = {name: values[i] for name, values in columns.items()}
+        row["conditions"] = json.loads(row["conditions"]) if row["conditions"] else {}
+        row["claims"] = json.loads(row["claims"]) if with_claims else []
+        row["text"] = next(texts) if with_claims else None
+        rows.append(row)
+    return total, rows
+
+
+def _slug(text: str, words: int = 8) -> str:
+    tokens = re.findall(r"[a-z0-9]+", text.lower())[:words]
+    return "-".join(tokens) or "unknown"
+
+
+def _problem(context: dict[str, str], goals: list[str], label: str | None) -> tuple[str, str]:
+    """(human phrase, short key) naming the problem a cluster is about."""
+    code = context.get("error_code")
+    if code:
+        return f"error {code}", f"error_{code}"
+    common = Counter(g.strip() for g in goals if g and g.strip()).most_common()
+    goal = sorted(common, key=lambda kv: (-kv[1], kv[0]))[0][0] if common else (label or "")
+    return (goal or "this problem"), _slug(goal or "problem")
+
+
+def _procedural(
+    finding: PatternFinding,
+    partition: Partition,
+    cluster_id: str,
+    episodes: dict[str, dict[str, Any]],
+    phrase: str,
+    version: str,
+) -> Candidate:
+    steps_text = ", then ".join(finding.steps)
+    cond_text = format_conditions(finding.preconditions)
+    trials = len(finding.support_ids) + len(finding.unexplained_ids)
+    text = (
+        f"In this environment {phrase} was resolved by {steps_text}, "
+        f"{len(finding.support_ids)} of {trials} times"
+        + (f" when {cond_text}" if cond_text else "")
+    )
+    if finding.counterexample_ids:
+        text += f"; {len(finding.counterexample_ids)} failure(s) with the same steps"
+    evidence = sorted({*finding.support_ids, *finding.counterexample_ids})
+    return Candidate(
+        candidate_id=procedural_candidate_id(partition, cluster_id, finding.steps, version),
+        kind=CandidateKind.procedural,
+        tenant_id=partition.tenant_id,
+        subject_id=None,
+        namespace=partition.namespace,
+        procedure=ProcedureSpec(
+            name=f"{phrase}: {steps_text}"[:200],
+            steps=list(finding.steps),
+            preconditions=finding.preconditions,
+        ),
+        conditions=finding.conditions,
+        support_ids=sorted(finding.support_ids),
+        counterexample_ids=sorted(finding.counterexample_ids),
+        confidence=round(finding.wilson_lower, 4),
+        status=CandidateStatus.pending_score if finding.passed else CandidateStatus.auto_rejected,
+        reason=finding.reason,
+        authority=Authority.none,
+        text=text,
+        stats=finding.stats(),
+        cluster_id=cluster_id,
+        policy_version=version,
+        provenance=[
+            Provenance(
+                source_id=e,
+                content_hash=episodes[e].get("content_hash"),
+                subject_id=episodes[e].get("subject_id"),
+            )
+            for e in evidence
+        ],
+    )
+
+
+def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Candidate:
+    assert proc.procedure is not None  # built by _procedural
+    cond_text = format_conditions(proc.procedure.preconditions)
+    obj = ", then ".join(proc.procedure.steps) + (f" when {cond_text}" if cond_text else "")
+    return proc.model_copy(
+        update={
+            "candidate_id": _twin_id(partition, proc.candidate_id, version),
+            "kind": CandidateKind.semantic,
+            "procedure": None,
+            "claim": ClaimSpec(predicate=f"resolution:{key}", object=obj),
+            "stats": {**proc.stats, "twin_of": proc.candidate_id},
+        }
+    )
+
+
+def _mine_clusters(
+    stores: Stores, settings: Settings, partition: Partition, episodes: list[dict[str, Any]]
+) -> tuple[list[Candidate], list[Candidate], int, set[str]]:
+    """(procedural candidates, their twins, clusters mined, ids of all current clusters)."""
+    info, members = cluster_store.load_partition(
+        stores.meta, partition.tenant_id, partition.namespace, centroids=False
+    )
+    cluster_of = dict(
+        zip(
+            members.column("episode_id").to_pylist(),
+            members.column("cluster_id").to_pylist(),
+            strict=True,
+        )
+    )
+    labels = dict(
+        zip(info.column("cluster_id").to_pylist(), info.column("label").to_pylist(), strict=True)
+    )
+    by_id = {e["episode_id"]: e for e in episodes}
+    by_cluster: dict[str, list[dict[str, Any]]] = {}
+    for ep in episodes:
+        cid = cluster_of.get(ep["episode_id"])
+        if cid is not None and ep.get("actions"):
+            by_cluster.setdefault(cid, []).append(ep)
+    version = settings.policy.version
+    procedural: list[Candidate] = []
+    twins: list[Candidate] = []
+    for cid in sorted(by_cluster):
+        for finding in mine_cluster(by_cluster[cid], settings.policy):
+            goals = [by_id[e].get("goal") or "" for e in finding.success_ids]
+            phrase, key = _problem(finding.conditions, goals, labels.get(cid))
+            proc = _procedural(finding, partition, cid, by_id, phrase, version)
+            procedural.append(proc)
+            twins.append(_twin(proc, partition, key, version))
+    passing = {t.candidate_id for t in twins if t.status == CandidateStatus.pending_score}
+    failing = [t.candidate_id for t in twins if t.candidate_id not in passing]
+    existing = {c.candidate_id for c in get_candidates(stores.meta, failing)}
+    kept = [t for t in twins if t.candidate_id in passing or t.candidate_id in existing]
+    return procedural, kept, len(by_cluster), set(labels)
+
+
+def _count_blocked(
+    stores: Stores, ctx: RunContext, partition: Partition, blocked: dict[str, int]
+) -> int:
+    """Audit blocked preference writes not counted by an earlier run; returns how many."""
+    if not blocked:
+        return 0
+    seen = cluster_store.blocked_claim_episodes(
+        stores.meta, partition.tenant_id, partition.namespace
+    )
+    fresh = sorted(e for e in blocked if e not in seen)
+    if not fresh:
+        return 0
+    claims = sum(blocked[e] for e in fresh)
+    with stores.meta.transaction() as con:
+        record_audit(
+            con,
+            at=ctx.now,
+            action=cluster_store.BLOCKED_PREFERENCE_ACTION,
+            run_id=ctx.run_id,
+            actor=ctx.actor,
+            target=partition.key,
+            tenant_id=partition.tenant_id,
+            counts={"claims": claims, "episodes": len(fresh)},
+            detail={"namespace": partition.namespace, "episode_ids": fresh},
+        )
+    return claims
+
+
+def _stale(
+    stores: Stores, partition: Partition, produced: set[str], clusters: set[str], version: str
+) -> list[Candidate]:
+    """Pending candidates of the partition this run no longer produces, as auto_rejected.
+
+    A recluster can merge or split clusters (procedures are keyed by cluster), forgetting can
+    remove evidence, a policy change re-keys everything: the old candidate must not go on to
+    scoring and review as if it were current. Decided ones are never touched.
+    """
+    stale = []
+    pending = list_candidates(
+        stores.meta,
+        status=CandidateStatus.pending_score.value,
+        tenant_id=partition.tenant_id,
+        namespace=partition.namespace,
+    )
+    for cand in pending:
+        if cand.candidate_id in produced:
+            continue
+        if cand.policy_version != version:
+            why = f"stale: mined under policy version {cand.policy_version}, now {version}"
+        elif cand.cluster_id is not None and cand.cluster_id not in clusters:
+            why = f"stale: cluster {cand.cluster_id} was merged or re-clustered"
+        else:
+            why = "stale: no longer supported by the partition's episodes"
+        stale.append(
+            cand.model_copy(update={"status": CandidateStatus.auto_rejected, "reason": why})
+        )
+    return stale
+
+
+def mine_partition(
+    stores: Stores, settings: Settings, ctx: RunContext, partition: Partition
+) -> MiningResult:
+    """Mine one partition's clusters and claims into candidates; idempotent per input."""
+    total, episodes = _load(stores, partition)
+    result = MiningResult(partition.key, episodes=total)
+    procedural, twins, result.clusters, clusters = _mine_clusters(
+        stores, settings, partition, episodes
+    )
+    claims = aggregate_claims(
+        episodes,
+        settings.claims,
+        tenant_id=partition.tenant_id,
+        namespace=partition.namespace,
+        policy_version=settings.policy.version,
+    )
+    candidates = [*procedural, *twins, *claims.candidates]
+    produced = {c.candidate_id for c in candidates}
+    result.procedural = len(procedural)
+    result.passed = sum(c.status == CandidateStatus.pending_score for c in procedural)
+    result.auto_rejected = result.procedural - result.passed
+    result.insights = len(twins)
+    result.preferences = len(claims.candidates)
+    stale = _stale(stores, partition, produced, clusters, settings.policy.version)
+    result.stale = len(stale)
+    if not ctx.dry_run:
+        result.upserted = upsert_candidates(
+            stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now
+        )
+        result.blocked_claims = _count_blocked(stores, ctx, partition, claims.blocked)
+    logger.info(
+        "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "
+        "blocked_claims=%d upserted=%s",
+        partition.key,
+        ctx.run_id,
+        result.episodes,
+        result.clusters,
+        result.procedural,
+        result.passed,
+        result.preferences,
+        result.blocked_claims,
+        result.upserted,
+    )
+    return result

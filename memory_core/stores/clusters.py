@@ -1,0 +1,209 @@
+"""Clusters and their members in DuckDB: the SQL behind the cluster and mining stages.
+
+A partition's clusters and members are written in ONE transaction, so a crash leaves either
+the old or the new clustering, never a cluster without its members. Bulk rows go through
+registered Arrow tables: a nightly run writes tens of thousands of members, and one
+``INSERT ... SELECT`` is orders of magnitude faster than ``executemany``.
+
+The mining stage's bookkeeping of blocked preference writes lives here too, because it is
+the other piece of per-partition consolidation state the stages need to read back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from memory_core.stores.meta import MetaStore
+
+__all__ = [
+    "BLOCKED_PREFERENCE_ACTION",
+    "CLUSTER_SCHEMA",
+    "MEMBER_SCHEMA",
+    "blocked_claim_episodes",
+    "list_clusters",
+    "load_partition",
+    "load_partition_clusters",
+    "load_partition_members",
+    "save_partition_clusters",
+]
+
+BLOCKED_PREFERENCE_ACTION = "blocked_preference_write"
+
+CLUSTER_SCHEMA = pa.schema(
+    [
+        pa.field("cluster_id", pa.string()),
+        pa.field("tenant_id", pa.string()),
+        pa.field("namespace", pa.string()),
+        pa.field("centroid", pa.list_(pa.float32())),
+        pa.field("size", pa.int32()),
+        pa.field("label", pa.string()),
+        pa.field("error_code", pa.string()),
+        pa.field("created_at", pa.timestamp("us", tz="UTC")),
+        pa.field("updated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+MEMBER_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string()),
+        pa.field("cluster_id", pa.string()),
+        pa.field("tenant_id", pa.string()),
+        pa.field("namespace", pa.string()),
+        pa.field("subject_id", pa.string()),
+        pa.field("distance", pa.float64()),
+        pa.field("assigned_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+_CLUSTER_COLUMNS = ", ".join(CLUSTER_SCHEMA.names)
+_MEMBER_COLUMNS = ", ".join(MEMBER_SCHEMA.names)
+
+
+def _clusters(con: Any, tenant_id: str, namespace: str, *, centroids: bool) -> pa.Table:
+    centroid = "centroid" if centroids else "NULL::FLOAT[] AS centroid"
+    columns = _CLUSTER_COLUMNS.replace("centroid", centroid, 1)
+    return (
+        con.sql(
+            f"SELECT {columns} FROM clusters WHERE tenant_id = ? AND namespace = ? "
+            "ORDER BY cluster_id",
+            params=[tenant_id, namespace],
+        )
+        .to_arrow_table()
+        .cast(CLUSTER_SCHEMA)
+    )
+
+
+def _members(con: Any, tenant_id: str, namespace: str) -> pa.Table:
+    return (
+        con.sql(
+            f"SELECT {_MEMBER_COLUMNS} FROM cluster_members "
+            "WHERE tenant_id = ? AND namespace = ? ORDER BY episode_id",
+            params=[tenant_id, namespace],
+        )
+        .to_arrow_table()
+        .cast(MEMBER_SCHEMA)
+    )
+
+
+def load_partition_clusters(
+    meta: MetaStore, tenant_id: str, namespace: str, *, centroids: bool = True
+) -> pa.Table:
+    """The partition's clusters ordered by id (centroid column empty when not asked for)."""
+    with meta.connect() as con:
+        return _clusters(con, tenant_id, namespace, centroids=centroids)
+
+
+def load_partition_members(meta: MetaStore, tenant_id: str, namespace: str) -> pa.Table:
+    """The partition's cluster members ordered by episode id."""
+    with meta.connect() as con:
+        return _members(con, tenant_id, namespace)
+
+
+def load_partition(
+    meta: MetaStore, tenant_id: str, namespace: str, *, centroids: bool = True
+) -> tuple[pa.Table, pa.Table]:
+    """(clusters, members) of one partition through one connection (opening one costs)."""
+    with meta.connect() as con:
+        return (
+            _clusters(con, tenant_id, namespace, centroids=centroids),
+            _members(con, tenant_id, namespace),
+        )
+
+
+def save_partition_clusters(
+    meta: MetaStore,
+    tenant_id: str,
+    namespace: str,
+    clusters: pa.Table,
+    members: pa.Table,
+    *,
+    replace: bool,
+) -> None:
+    """Write clusters and members of one partition in one transaction.
+
+    ``replace=False`` (incremental): upsert the given clusters (new or changed) and insert the
+    given members (new ones). ``replace=True`` (recluster): the given rows become the
+    partition's whole clustering; rows of the partition not among them are deleted.
+    """
+    clusters = clusters.select(CLUSTER_SCHEMA.names).cast(CLUSTER_SCHEMA)
+    members = members.select(MEMBER_SCHEMA.names).cast(MEMBER_SCHEMA)
+    with meta.transaction() as con:
+        con.register("_new_clusters", clusters)
+        con.register("_new_members", members)
+        try:
+            if replace:
+                con.execute(
+                    "DELETE FROM cluster_members WHERE tenant_id = ? AND namespace = ? "
+                    "AND episode_id NOT IN (SELECT episode_id FROM _new_members)",
+                    [tenant_id, namespace],
+                )
+                con.execute(
+                    "DELETE FROM clusters WHERE tenant_id = ? AND namespace = ? "
+                    "AND cluster_id NOT IN (SELECT cluster_id FROM _new_clusters)",
+                    [tenant_id, namespace],
+                )
+            con.execute(
+                f"INSERT INTO clusters ({_CLUSTER_COLUMNS}) "
+                f"SELECT {_CLUSTER_COLUMNS} FROM _new_clusters "
+                "ON CONFLICT (cluster_id) DO UPDATE SET centroid = excluded.centroid, "
+                "size = excluded.size, label = excluded.label, "
+                "error_code = excluded.error_code, updated_at = excluded.updated_at"
+            )
+            con.execute(
+                f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+                f"SELECT {_MEMBER_COLUMNS} FROM _new_members "
+                "ON CONFLICT (episode_id) DO UPDATE SET cluster_id = excluded.cluster_id, "
+                "distance = excluded.distance, assigned_at = excluded.assigned_at"
+            )
+        finally:
+            con.unregister("_new_clusters")
+            con.unregister("_new_members")
+
+
+def list_clusters(meta: MetaStore, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """Clusters with their member ids: the contract of ``memctl clusters --format json``."""
+    where, params = ("WHERE c.tenant_id = ?", [tenant_id]) if tenant_id is not None else ("", [])
+    with meta.connect() as con:
+        rows = con.execute(
+            f"""SELECT c.cluster_id, c.tenant_id, c.namespace, c.size, c.label, c.error_code,
+                   coalesce(list(m.episode_id ORDER BY m.episode_id)
+                            FILTER (WHERE m.episode_id IS NOT NULL), []) AS member_ids
+            FROM clusters c LEFT JOIN cluster_members m ON m.cluster_id = c.cluster_id
+            {where}
+            GROUP BY ALL ORDER BY c.tenant_id, c.namespace, c.cluster_id""",
+            params,
+        ).fetchall()
+    return [
+        {
+            "cluster_id": cid,
+            "tenant_id": tenant,
+            "namespace": namespace,
+            "member_ids": list(member_ids),
+            "size": len(member_ids),
+            "label": label,
+            "error_code": error_code,
+        }
+        for cid, tenant, namespace, _size, label, error_code, member_ids in rows
+    ]
+
+
+def blocked_claim_episodes(meta: MetaStore, tenant_id: str, namespace: str) -> set[str]:
+    """Episode ids whose blocked claims an earlier run already counted in the audit log.
+
+    The audit events of :data:`BLOCKED_PREFERENCE_ACTION` carry the episode ids they counted
+    (ids only, never content), so a rerun counts each blocked claim exactly once even when
+    late episodes arrive with an old ``recorded_at``.
+    """
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT detail FROM audit_log WHERE action = ? AND tenant_id = ? "
+            "AND json_extract_string(detail, '$.namespace') = ?",
+            [BLOCKED_PREFERENCE_ACTION, tenant_id, namespace],
+        ).fetchall()
+    seen: set[str] = set()
+    for (detail,) in rows:
+        seen.update(json.loads(detail or "{}").get("episode_ids", []))
+    return seen

@@ -1,0 +1,167 @@
+"""Clustering: incremental, keyed by error code, deterministic, stable ids on recluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from memory_core.config import ClusterConfig
+from memory_core.stages.cluster import list_clusters
+from memory_core.stages.cluster_leader import LeaderState, assign, merge_provisional, unit_rows
+from memory_core.stores.clusters import load_partition_members
+
+
+def members_of(mem) -> dict[str, str]:
+    table = load_partition_members(mem.stores.meta, "acme", "it")
+    return dict(
+        zip(
+            table.column("episode_id").to_pylist(),
+            table.column("cluster_id").to_pylist(),
+            strict=False,
+        )
+    )
+
+
+def printer(kit: SimpleNamespace, eid: str, minutes: int = 0) -> dict:
+    return kit.make_episode(
+        eid, minutes=minutes, goal="Printer shows offline and jobs fail with 0x0000011b",
+        actions=["clear print queue", "restart print spooler", "print test page"],
+        conditions={"error_code": "0x0000011b", "spooler_queue_stuck": "true"},
+        text="Cleared the queue, restarted the spooler, and the test page printed.",
+    )  # fmt: skip
+
+
+def test_near_duplicate_joins_and_far_episode_seeds_a_cluster(mem, kit) -> None:
+    mem.ingest([kit.make_episode("a")])
+    first = mem.cluster()
+    assert (first.new_members, first.new_clusters, first.total_clusters) == (1, 1, 1)
+    near = kit.make_episode(
+        "a2", minutes=5, text="Reset the network adapter, reconnected the VPN for the user."
+    )
+    mem.ingest([near, printer(kit, "far", minutes=6)])
+    second = mem.cluster()
+    assert (second.new_members, second.new_clusters, second.total_clusters) == (2, 1, 2)
+    members = members_of(mem)
+    assert members["a2"] == members["a"]
+    assert members["far"] != members["a"]
+
+
+def test_different_error_codes_never_share_a_cluster(mem, kit) -> None:
+    same_text = {"text": "Reset the network adapter and reconnected the VPN."}
+    mem.ingest(
+        [
+            kit.make_episode("c720", conditions={"error_code": "720"}, **same_text),
+            kit.make_episode("c721", minutes=1, conditions={"error_code": "721"}, **same_text),
+            kit.make_episode("none", minutes=2, conditions={}, **same_text),
+        ]
+    )
+    mem.cluster()
+    members = members_of(mem)
+    assert len(set(members.values())) == 3
+    codes = {c["error_code"] for c in list_clusters(mem.stores.meta)}
+    assert codes == {"720", "721", None}
+
+
+def test_goal_variants_of_one_error_code_share_a_cluster(mem, kit) -> None:
+    goals = [
+        "VPN fails with error 720",
+        "Cannot connect to the VPN: error 720",
+        "Corporate VPN won't connect (error 720 on connect)",
+    ]
+    eps = [kit.make_episode(f"g{i}", minutes=i, goal=g) for i, g in enumerate(goals)]
+    eps.append(
+        kit.make_episode(
+            "fail", minutes=9, outcome="failure", conditions={"error_code": "720"},
+            text="Tried resetting the adapter, the VPN still fails with 720.",
+        )
+    )  # fmt: skip
+    mem.ingest(eps)
+    mem.cluster()
+    assert len(set(members_of(mem).values())) == 1
+
+
+def test_rerun_with_nothing_new_changes_nothing(mem, kit) -> None:
+    mem.ingest([*kit.seed_scenario(), printer(kit, "p1")])
+    mem.cluster()
+    before = mem.snapshot()
+    again = mem.cluster(now=kit.NOW.replace(day=2))
+    assert again.new_members == 0 and again.new_clusters == 0
+    assert mem.snapshot() == before
+
+
+def test_recluster_of_an_unchanged_partition_writes_nothing(mem, kit) -> None:
+    mem.ingest([*kit.seed_scenario(), printer(kit, "p1")])
+    mem.cluster()
+    before = mem.snapshot()
+    result = mem.cluster(recluster=True, now=kit.NOW.replace(day=2))
+    assert result.reclustered and result.new_members == 0 and result.new_clusters == 0
+    assert mem.snapshot() == before
+
+
+def test_recluster_keeps_cluster_ids_stable(mem, kit) -> None:
+    scenario = kit.seed_scenario()
+    late = [printer(kit, f"p{i}", minutes=500 + i) for i in range(3)]
+    mem.ingest(scenario[5:] + late)  # arrives first: failures, cert fixes, printers
+    mem.cluster()
+    mem.ingest(scenario[:5])  # then the earlier successes
+    mem.cluster()
+    old = members_of(mem)
+    result = mem.cluster(recluster=True)
+    new = members_of(mem)
+    assert result.reclustered
+    assert set(new) == set(old)
+    assert set(new.values()) == set(old.values())  # every cluster kept its id
+    assert sum(old[e] != new[e] for e in new) == result.new_members
+
+
+def test_clustering_is_deterministic(tmp_path: Path, kit) -> None:
+    eps = kit.seed_scenario() + [printer(kit, f"p{i}", minutes=i) for i in range(2)]
+    runs = []
+    for name in ("one", "two"):
+        other = kit.open_mem(tmp_path / name)
+        other.ingest(list(reversed(eps)))
+        other.cluster()
+        runs.append([(c["cluster_id"], c["member_ids"]) for c in list_clusters(other.stores.meta)])
+    assert runs[0] == runs[1]
+
+
+def test_partitions_are_clustered_apart(mem, kit) -> None:
+    mem.ingest(kit.seed_scenario() + kit.seed_scenario(tenant="globex", prefix="g-"))
+    mem.cluster("acme")
+    mem.cluster("globex")
+    clusters = list_clusters(mem.stores.meta)
+    for cluster in clusters:
+        prefix = "g-" if cluster["tenant_id"] == "globex" else ""
+        assert all(m.startswith("g-") == bool(prefix) for m in cluster["member_ids"])
+    assert {c["tenant_id"] for c in list_clusters(mem.stores.meta, "globex")} == {"globex"}
+
+
+def test_list_clusters_contract(mem, kit) -> None:
+    mem.ingest(kit.seed_scenario())
+    mem.cluster()
+    [cluster] = list_clusters(mem.stores.meta, "acme")
+    assert {"cluster_id", "tenant_id", "namespace", "member_ids", "size", "label"} <= set(cluster)
+    assert cluster["cluster_id"].startswith("clu_")
+    assert cluster["size"] == len(cluster["member_ids"]) == 10
+    assert cluster["member_ids"] == sorted(cluster["member_ids"])
+    assert cluster["label"] == "VPN fails with error 720"
+
+
+def test_leader_folds_fragments_seeded_far_apart() -> None:
+    rng = np.random.default_rng(1)
+    centre = unit_rows(rng.normal(size=(1, 32)))[0]
+    # members sit ~0.3 from the centre but ~0.5 from each other: early ones seed apart
+    points = unit_rows(centre + 1.0 * unit_rows(rng.normal(size=(40, 32))))
+    state = LeaderState(32)
+    reach = np.full(40, 0.42)
+    labels, _ = assign(points, np.zeros(40, dtype=np.int64), reach, state)
+    assert len(set(labels.tolist())) > 1
+    merged = merge_provisional(state, 0, {0: 0.42})[labels]
+    assert len(set(merged.tolist())) == 1
+
+
+def test_default_reach_credits_a_shared_error_code() -> None:
+    config = ClusterConfig()
+    assert config.threshold + config.error_code_weight == 0.6
