@@ -12,6 +12,7 @@ log(t2/t1)/log(n2/n1) between consecutive sizes (1.0 = linear).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import resource
@@ -44,7 +45,11 @@ def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
     centres = rng.standard_normal((partitions, problems, DIM)).astype(np.float32)
     schema = schema_for("episodes", DIM)
     table = stores.lance.table("episodes")
-    patterns = [["restart service", "clear cache"], ["reset adapter", "reconnect"], ["reinstall driver"]]
+    patterns = [
+        ["restart service", "clear cache"],
+        ["reset adapter", "reconnect"],
+        ["reinstall driver"],
+    ]
     for p in range(partitions):
         prob = rng.integers(0, problems, per)
         vec = centres[p, prob] + 0.35 * rng.standard_normal((per, DIM)).astype(np.float32)
@@ -63,7 +68,13 @@ def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
             "actions": [patterns[k] for k in pat],
             "outcome": ["success" if o else "failure" for o in ok],
             "conditions": [
-                json.dumps({"error_code": str(700 + k), "cause_a": str(bool(c)).lower(), "os": ("win", "mac")[i % 2]})
+                json.dumps(
+                    {
+                        "error_code": str(700 + k),
+                        "cause_a": str(bool(c)).lower(),
+                        "os": ("win", "mac")[i % 2],
+                    }
+                )
                 for i, (k, c) in enumerate(zip(prob, cause, strict=True))
             ],
             "observations": [[] for _ in range(per)],
@@ -132,7 +143,17 @@ def child(n: int, partitions: int, workers: int) -> None:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         out = run_stages(home, workers)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"episodes": n, "build_seconds": round(built, 1), **out, "peak_rss_mb": round(rss), "peak_rss_after_build_mb": round(rss_before)}))
+    print(
+        json.dumps(
+            {
+                "episodes": n,
+                "build_seconds": round(built, 1),
+                **out,
+                "peak_rss_mb": round(rss),
+                "peak_rss_after_build_mb": round(rss_before),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -148,15 +169,26 @@ def main() -> None:
     results = []
     for n in args.sizes:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", str(n), "--partitions", str(args.partitions), "--workers", str(args.workers)],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                str(n),
+                "--partitions",
+                str(args.partitions),
+                "--workers",
+                str(args.workers),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         res = json.loads(out.stdout.strip().splitlines()[-1])
         res["episodes_per_s"] = round(n / res["seconds"])
         results.append(res)
     exponents = [
         round(math.log(b["seconds"] / a["seconds"]) / math.log(b["episodes"] / a["episodes"]), 3)
-        for a, b in zip(results, results[1:], strict=False)
+        for a, b in itertools.pairwise(results)
     ]
     print(json.dumps({"results": results, "scaling_exponents": exponents}, indent=2))
 

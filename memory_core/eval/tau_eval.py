@@ -59,7 +59,9 @@ def evaluate_tau_bench(
     conversion = convert_tau_bench(load_tau_bench(path))
     stores = open_stores(settings)
     stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
-    last = max(datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in conversion.episodes)
+    last = max(
+        datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in conversion.episodes
+    )
     ctx = RunContext(now=(last + timedelta(days=1)).astimezone(UTC), run_id="tau-eval")
     ingest_records(
         stores,
@@ -81,7 +83,9 @@ def evaluate_tau_bench(
     ours = [members.get(i, f"unclustered:{i}") for i in ids]
 
     table = stores.lance.scan("episodes", columns=["episode_id", "vector"])
-    vectors = dict(zip(table.column("episode_id").to_pylist(), table.column("vector").to_pylist(), strict=True))
+    vectors = dict(
+        zip(table.column("episode_id").to_pylist(), table.column("vector").to_pylist(), strict=True)
+    )
     matrix = np.asarray([vectors[i] for i in ids], dtype=np.float32)
     k = len(set(truth))
     kmeans = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(matrix)
@@ -94,7 +98,9 @@ def evaluate_tau_bench(
     for cand in candidates:
         if not cand.support_ids:
             continue
-        intent = Counter(conversion.intent_of_episode.get(s, "") for s in cand.support_ids).most_common(1)[0][0]
+        intent = Counter(
+            conversion.intent_of_episode.get(s, "") for s in cand.support_ids
+        ).most_common(1)[0][0]
         for cid in cand.counterexample_ids:
             anywhere.add(cid)
             if conversion.intent_of_episode.get(cid) == intent:
