@@ -117,6 +117,10 @@ class ScoreConfig(BaseModel):
     price_cache_write_per_mtok: float = Field(default=1.25, ge=0)
     batch_discount: float = Field(default=0.5, ge=0, le=1)
     extract_claims: bool = False
+    llm_kinds: list[Literal["semantic", "procedural"]] = Field(
+        default_factory=lambda: ["procedural"],
+        description="candidate kinds Claude scores; the others get the labelled heuristic",
+    )
 
 
 class ReviewConfig(BaseModel):
@@ -233,6 +237,11 @@ class RecallConfig(BaseModel):
     allowed_sensitivity: list[Literal["low", "medium", "high"]] = Field(
         default_factory=lambda: ["low", "medium"],
         description="sensitivities served when the caller names none",
+    )
+    vector_nprobes: int = Field(
+        default=0,
+        ge=0,
+        description="0 = exact search of the prefiltered rows; N = use a vector index, N probes",
     )
     vector_index_min_rows: int = Field(
         default=1_000_000, ge=1, description="build a vector index from this many rows on"

@@ -42,6 +42,7 @@ class ScoreResult:
     cache_hits: int = 0
     heuristic: int = 0
     heuristic_ids: list[str] = field(default_factory=list)
+    by_rule_ids: list[str] = field(default_factory=list)
     fallbacks: dict[str, str] = field(default_factory=dict)
     deferred: dict[str, str] = field(default_factory=dict)
     over_budget: dict[str, str] = field(default_factory=dict)
@@ -133,9 +134,12 @@ def score_updates(
 ) -> dict[str, dict[str, Any]]:
     """Turn the run's outcomes into ``set_candidate_scores`` updates; fill the result counts."""
     updates: dict[str, dict[str, Any]] = {}
-    no_key = set(result.heuristic_ids)
+    no_key = set(result.heuristic_ids) - set(result.by_rule_ids)
+    by_rule = set(result.by_rule_ids)
     for cid, scored in report.scores.items():
         extra = {"heuristic_reason": "no ANTHROPIC_API_KEY"} if cid in no_key else {}
+        if cid in by_rule:
+            extra = {"heuristic_reason": "scored by rule: kind not in score.llm_kinds"}
         updates[cid] = _scored_update(scored, prompt_version, **extra)
         if scored.scorer == "anthropic":
             result.scored_llm += scored.source != "cache"

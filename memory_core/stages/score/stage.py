@@ -147,6 +147,13 @@ class _ScoreRun:
         if self.ctx.dry_run:
             self.result.would_send = len(misses)
             return self.result
+        # Kinds outside score.llm_kinds (by default a user's own preference statements, whose
+        # value is plain) are scored by rule: LLM spend follows findings, not chatter.
+        by_rule = [i for i in misses if i.candidate.kind.value not in self.config.llm_kinds]
+        misses = [i for i in misses if i.candidate.kind.value in self.config.llm_kinds]
+        for item in by_rule:
+            self.result.heuristic_ids.append(item.candidate.candidate_id)
+            self.result.by_rule_ids.append(item.candidate.candidate_id)
         if self.llm is None:
             self.result.mode = "heuristic" if misses else self.result.mode
             for item in misses:

@@ -25,7 +25,9 @@ class Crash(Exception):
 
 def config(settings: Settings, **overrides: Any) -> ScoreConfig:
     base = {"batch_min_requests": 5, "poll_initial_s": 5.0, "poll_max_s": 20.0}
-    return settings.score.model_copy(update={**base, **overrides})
+    return settings.score.model_copy(
+        update={"llm_kinds": ["semantic", "procedural"], **base, **overrides}
+    )
 
 
 def seed(stores: Stores, count: int) -> list[Candidate]:

@@ -11,6 +11,7 @@ from test_score_fakes import T0 as NOW
 from test_score_fakes import candidate
 
 from memory_core.config import Settings
+from memory_core.models import CandidateKind, ProcedureSpec
 from memory_core.stores import Stores
 from memory_core.stores.candidates import set_candidate_scores, upsert_candidates
 from memory_core.stores.llm import list_batches
@@ -40,7 +41,18 @@ def test_bench_counts_ours_and_baseline(
             )
         )
     )
-    cands = [candidate(i) for i in range(2)]
+    cands = [
+        candidate(
+            i,
+            kind=CandidateKind.procedural,
+            subject_id=None,
+            claim=None,
+            procedure=ProcedureSpec(
+                name=f"fix {i}", steps=["reset", "retry"], preconditions={"x": "1"}
+            ),
+        )
+        for i in range(2)
+    ]
     upsert_candidates(stores.meta, cands, run_id="r0", now=NOW)
     set_candidate_scores(
         stores.meta,

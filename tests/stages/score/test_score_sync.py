@@ -32,7 +32,7 @@ from memory_core.stores.llm import ledger_entries
 
 
 def config(settings: Settings, **overrides: Any) -> ScoreConfig:
-    return settings.score.model_copy(update=overrides)
+    return settings.score.model_copy(update={"llm_kinds": ["semantic", "procedural"], **overrides})
 
 
 def seed(stores: Stores, count: int, **overrides: Any) -> list[Candidate]:
@@ -412,3 +412,18 @@ def test_insight_twin_is_not_sent_and_takes_its_twins_score(
     assert got[twin.candidate_id].importance == got[proc.candidate_id].importance
     assert got[twin.candidate_id].scorer == "anthropic"
     assert got[twin.candidate_id].stats["scored_with"] == proc.candidate_id
+
+
+def test_kinds_outside_llm_kinds_are_scored_by_rule_and_say_so(
+    stores: Stores, settings: Settings
+) -> None:
+    cands = seed(stores, 2)  # semantic preference candidates
+    fake = FakeAnthropic()
+    cfg = settings.score.model_copy(update={"llm_kinds": ["procedural"]})
+    result = run(stores, cfg, fake)
+    assert fake.counts["messages"] == 0
+    for cand in by_id(stores, cands).values():
+        assert cand.scorer == "heuristic"
+        assert cand.status is CandidateStatus.pending_review
+        assert cand.stats["heuristic_reason"] == "scored by rule: kind not in score.llm_kinds"
+    assert result.heuristic == 2
