@@ -21,8 +21,10 @@ precondition). We search sets of 1..``max_condition_keys`` pairs that hold for A
 (the default; ``min_success_coverage`` can relax it) and for NO counterexample. Only pairs that
 exclude at least one counterexample are tried, so a pair that holds everywhere in the cluster
 (``error_code=720``) can never be part of a separator. Preference: a perfect separator before
-an imperfect one; then fewer pairs; then fewer successes excluded; then the more specific set
-(fewer cluster episodes satisfy it); then lexicographic order, for determinism. Without a
+an imperfect one (among imperfect ones, the one leaving fewer counterexamples); then fewer
+pairs; then fewer successes excluded; then the more specific set (fewer cluster episodes
+satisfy it: ``adapter_mismatch=true`` beats ``cert_expired=false`` when a third root cause
+also has ``cert_expired=false``); then lexicographic order, for determinism. Without a
 perfect separator the best one is reported with its separation score (fraction of
 counterexamples it excludes); the rest stay unexplained and the policy rejects the candidate.
 
@@ -113,71 +115,90 @@ def _holds(conditions: Mapping[str, str], pairs: Iterable[Pair]) -> bool:
     return all(conditions.get(k) == v for k, v in pairs)
 
 
-def _mask(rows: Sequence[Mapping[str, str]], pair: Pair) -> int:
+def _mask(rows: Sequence[Mapping[str, Any]], pair: Pair) -> int:
+    """Bit i is set when ``pair`` holds for ``rows[i]`` (values compared as strings)."""
     key, value = pair
     bits = 0
     for i, row in enumerate(rows):
-        if row.get(key) == value:
+        got = row.get(key)
+        if got is not None and str(got) == value:
             bits |= 1 << i
     return bits
 
 
 def find_separator(
-    successes: Sequence[Mapping[str, str]],
-    counterexamples: Sequence[Mapping[str, str]],
+    successes: Sequence[Mapping[str, Any]],
+    counterexamples: Sequence[Mapping[str, Any]],
     *,
     max_keys: int,
     ignore: Iterable[str] = (),
-    population: Sequence[Mapping[str, str]] | None = None,
+    population: Sequence[Mapping[str, Any]] | None = None,
     min_success_coverage: float = 1.0,
 ) -> Separation:
-    """The smallest condition set holding for the successes and for no counterexample."""
-    m = len(counterexamples)
+    """The smallest condition set holding for the successes and for no counterexample.
+
+    Bitmasks over the episodes make each candidate set a handful of integer ANDs. Ties on
+    (perfect, counterexamples left, size, successes excluded) are broken by specificity,
+    computed over ``population`` (the cluster) only for the tied sets, then lexicographically.
+    """
+    m, n_s = len(counterexamples), len(successes)
     if not successes or m == 0:
         return Separation({}, m, m)
     ignored = set(ignore)
-    need = max(1, math.ceil(min_success_coverage * len(successes) - 1e-9))
-    counts = Counter((k, str(v)) for row in successes for k, v in row.items() if k not in ignored)
-    full_c = (1 << m) - 1
+    need = max(1, math.ceil(min_success_coverage * n_s - 1e-9))
+    counts = Counter(
+        (k, str(v))
+        for row in successes
+        for k, v in row.items()
+        if k not in ignored and v is not None
+    )
+    full_c, full_s = (1 << m) - 1, (1 << n_s) - 1
     items = []
     for pair in sorted(p for p, c in counts.items() if c >= need):
         c_mask = _mask(counterexamples, pair)
         if c_mask != full_c:  # excludes at least one counterexample
             items.append((pair, _mask(successes, pair), c_mask))
-    if not items:
-        return Separation({}, m, 0)
-    items.sort(key=lambda it: (-(m - it[2].bit_count()), it[0]))
+    items.sort(key=lambda it: (it[2].bit_count(), it[0]))  # most exclusive first
     items = items[:_MAX_ITEMS]
-    pop = list(population) if population is not None else [*successes, *counterexamples]
-    p_masks = {pair: _mask(pop, pair) for pair, _, _ in items}
-    n_s = len(successes)
-    best: tuple[Any, ...] | None = None
+    best: tuple[int, ...] | None = None
+    tied: list[tuple[Pair, ...]] = []
     for size in range(1, max_keys + 1):
         pool = items
         while len(pool) > size and math.comb(len(pool), size) > _MAX_SUBSETS:
             pool = pool[:-1]
         for combo in itertools.combinations(pool, size):
-            if len({pair[0] for pair, _, _ in combo}) < size:
-                continue  # two values of one key never hold together
-            s_bits = c_bits = p_bits = -1
-            for pair, s_mask, c_mask in combo:
+            s_bits, c_bits = full_s, full_c
+            for _, s_mask, c_mask in combo:
                 s_bits &= s_mask
                 c_bits &= c_mask
-                p_bits &= p_masks[pair]
-            covered = (s_bits & ((1 << n_s) - 1)).bit_count()
-            if covered < need:
-                continue
-            left = (c_bits & full_c).bit_count()
+            covered = s_bits.bit_count()
+            if covered < need or len({pair[0] for pair, _, _ in combo}) < size:
+                continue  # too few successes, or two values of one key
+            left = c_bits.bit_count()
+            rank = (int(left > 0), left, size, n_s - covered)
             pairs = tuple(sorted(pair for pair, _, _ in combo))
-            rank = (left > 0, left, size, n_s - covered, p_bits.bit_count(), pairs)
             if best is None or rank < best:
-                best = rank
-        if best is not None and best[0] is False:
+                best, tied = rank, [pairs]
+            elif rank == best:
+                tied.append(pairs)
+        if best is not None and best[0] == 0:
             break  # a perfect separator of this size: larger ones are never preferred
     if best is None:
         return Separation({}, m, 0)
-    _, left, _, s_excluded, _, pairs = best
-    return Separation(dict(pairs), m, m - left, s_excluded)
+    pop = list(population) if population is not None else [*successes, *counterexamples]
+    masks: dict[Pair, int] = {}
+
+    def specificity(pairs: tuple[Pair, ...]) -> int:
+        bits = -1
+        for pair in pairs:
+            if pair not in masks:
+                masks[pair] = _mask(pop, pair)
+            bits &= masks[pair]
+        return bits.bit_count()
+
+    chosen = min(tied, key=lambda pairs: (specificity(pairs), pairs))
+    _, left, _, s_excluded = best
+    return Separation(dict(chosen), m, m - left, s_excluded)
 
 
 def policy_failures(

@@ -12,7 +12,10 @@ Per partition (one tenant, one namespace: nothing crosses it), after clustering:
 4. candidates are upserted by deterministic id, so a rerun updates instead of duplicating and
    a rerun with nothing new writes nothing;
 5. claims without authority (tool/agent) are counted in the audit log as blocked preference
-   writes, each exactly once across runs: the audit event lists the episode ids it counted.
+   writes, each exactly once across runs: the audit event lists the episode ids it counted;
+6. pending candidates of the partition that this run no longer produces (a recluster merged
+   their cluster, evidence was forgotten, the policy version changed) are retired as
+   ``auto_rejected`` with a ``stale: ...`` reason instead of going on to scoring.
 
 Candidate ids: ``stable_id("cand", kind, tenant, namespace, subject or "", <content>, policy
 version)``. For a procedure the content is (cluster id, steps): the same steps can solve two

@@ -65,8 +65,12 @@ def upsert_candidates(
                 writes.append((cand, chash))
                 continue
             status, old_hash, body_status = prior
-            if status in DECIDED_STATUSES or status == CandidateStatus.pending_review:
-                # keep the decided (or already scored) status and score
+            retire = cand.status is CandidateStatus.auto_rejected
+            if status in DECIDED_STATUSES or (
+                status == CandidateStatus.pending_review and not retire
+            ):
+                # keep the decided (or already scored) status and score; a pending_review
+                # candidate the miner now retires (stale, superseded) does move
                 if old_hash == chash:
                     counts["unchanged"] += 1
                     continue
