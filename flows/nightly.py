@@ -120,6 +120,16 @@ def score_task(
     return score_candidates(stores, settings.score, ctx, sync=sync).as_dict()
 
 
+@task(name="build-review-batches", cache_policy=NO_CACHE)
+def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
+    """Group scored candidates into bounded review batches; expire undecided old ones."""
+    from memory_core.stages.review import build_review_batches
+
+    settings, stores = _stores(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    return build_review_batches(stores, settings, ctx).as_dict()
+
+
 def _summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Nightly consolidation {summary['run_id']}",
@@ -187,6 +197,9 @@ def nightly_consolidation(
     scored = score_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso, sync=sync
     ).result()
+    batched = review_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
+    ).result()
     candidates = list_candidates(stores.meta)
     by_status: dict[str, int] = {}
     for cand in candidates:
@@ -199,6 +212,7 @@ def nightly_consolidation(
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
         "score": scored,
+        "review": batched,
         "candidates_by_status": dict(sorted(by_status.items())),
     }
     create_table_artifact(

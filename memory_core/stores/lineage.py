@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import duckdb
+import pyarrow as pa
 
 from memory_core.stores.meta import MetaStore
 
@@ -26,24 +27,25 @@ class Edge:
 
 def add_edges(con: duckdb.DuckDBPyConnection, edges: Iterable[Edge], *, now: datetime) -> int:
     """Insert edges inside the caller's transaction; existing edges are kept as they are."""
-    rows = [
-        (
-            e.derived_id,
-            e.derived_kind,
-            e.source_id,
-            e.source_kind,
-            e.source_hash,
-            e.tenant_id,
-            e.subject_id,
-            now,
+    items = list(edges)
+    if items:
+        table = pa.table(
+            {
+                "derived_id": pa.array([e.derived_id for e in items], pa.string()),
+                "derived_kind": pa.array([e.derived_kind for e in items], pa.string()),
+                "source_id": pa.array([e.source_id for e in items], pa.string()),
+                "source_kind": pa.array([e.source_kind for e in items], pa.string()),
+                "source_hash": pa.array([e.source_hash for e in items], pa.string()),
+                "tenant_id": pa.array([e.tenant_id for e in items], pa.string()),
+                "subject_id": pa.array([e.subject_id for e in items], pa.string()),
+                "created_at": pa.array([now] * len(items), pa.timestamp("us", tz="UTC")),
+            }
         )
-        for e in edges
-    ]
-    if rows:
-        con.executemany(
-            "INSERT INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", rows
-        )
-    return len(rows)
+        # one Arrow insert: executemany costs ~8 ms a row here
+        con.register("incoming_lineage", table)
+        con.execute("INSERT INTO lineage SELECT * FROM incoming_lineage ON CONFLICT DO NOTHING")
+        con.unregister("incoming_lineage")
+    return len(items)
 
 
 def derived_from(meta: MetaStore, source_ids: list[str]) -> list[tuple[str, str, int]]:

@@ -1,0 +1,177 @@
+"""The promotion-review flow, end to end on a real Prefect server (the session harness).
+
+A run publishes the batch, pauses for a ``ReviewDecision`` (the UI form), and is resumed
+either by ``memctl review approve`` in another process (which commits, then resumes) or by
+the form input itself (the flow commits). Facts appear either way, committed once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL
+
+from flows.review import ReviewDecision, promotion_review
+from memory_core.config import Settings, load_settings
+from memory_core.context import Partition, RunContext
+from memory_core.embed import HashEmbedder
+from memory_core.stages.ingest import ingest_records
+from memory_core.stages.mine import mine_partition
+from memory_core.stages.review import build_review_batches
+from memory_core.stages.score import score_candidates
+from memory_core.stores import open_stores
+from memory_core.stores.facts import list_rows
+from memory_core.stores.review import get_batch
+
+NOW = datetime(2026, 6, 28, 12, tzinfo=UTC)
+
+
+def _said(eid: str, subject: str, obj: str, day: int) -> str:
+    text = f"The owner is {obj}."
+    return json.dumps(
+        {
+            "episode_id": eid, "tenant_id": "acme", "subject_id": subject, "namespace": "it",
+            "occurred_at": f"2026-06-{day:02d}T09:00:00Z", "source_role": "user",
+            "text": text, "claims": [{"predicate": "owner", "object": obj, "span": text}],
+        }
+    )  # fmt: skip
+
+
+@pytest.fixture
+def batch(tmp_path: Path) -> tuple[Settings, str]:
+    settings = load_settings(home=tmp_path / "home", review={"poll_interval_s": 1})
+    stores = open_stores(settings)
+    ctx = RunContext(now=NOW)
+    lines = [_said("a1", "team-a", "Jin", 20), _said("a2", "team-a", "Jin", 25)]
+    ingest_records(stores, settings, ctx, lines, embedder=HashEmbedder(384), source="t.jsonl")
+    mine_partition(stores, settings, ctx, Partition("acme", "it"))
+    score_candidates(stores, settings.score, ctx, sync=True)
+    (batch_id,) = build_review_batches(stores, settings, ctx).created
+    return settings, batch_id
+
+
+def _start(settings: Settings, batch_id: str) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = promotion_review(
+                settings_data=settings.model_dump(mode="json"), batch_id=batch_id
+            )
+        except BaseException as exc:  # surfaced by the test, not lost in the thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _wait_paused(settings: Settings, batch_id: str, out: dict[str, Any]) -> str:
+    stores = open_stores(settings)
+    deadline = time.monotonic() + 120
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            assert "error" not in out, out.get("error")
+            run_id = get_batch(stores.meta, batch_id).flow_run_id
+            if run_id:
+                state = client.read_flow_run(UUID(run_id)).state
+                if state is not None and state.is_paused():
+                    return run_id
+            time.sleep(0.5)
+    pytest.fail("the promotion-review run never paused")
+
+
+def _form(run_id: str) -> tuple[dict[str, Any], str]:
+    """The form the UI shows: the saved input schema and its description."""
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(UUID(run_id)).state
+        keyset = state.state_details.run_input_keyset
+        schema = json.loads(client.read_flow_run_input(UUID(run_id), keyset["schema"]))
+        description = json.loads(client.read_flow_run_input(UUID(run_id), keyset["description"]))
+    return schema, description
+
+
+def test_cli_approve_resumes_a_waiting_run_and_facts_appear(batch):
+    settings, batch_id = batch
+    thread, out = _start(settings, batch_id)
+    run_id = _wait_paused(settings, batch_id, out)
+    schema, description = _form(run_id)
+    assert {"reviewer", "decision", "items", "reason", "edits"} <= set(schema["properties"])
+    assert f"# Review batch `{batch_id}`" in description
+    assert "owner = Jin" in description
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env.update(MEMCTL_EMBED__MODEL="hash", PREFECT_API_URL=PREFECT_API_URL.value())
+    cli = subprocess.run(
+        [
+            sys.executable, "-m", "memory_core.cli", "review", "approve", batch_id,
+            "--reviewer", "alice", "--now", "2026-06-28T12:00:00Z", "--home",
+            str(settings.home), "--format", "json",
+        ],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    decided = json.loads(cli.stdout)
+    assert decided["flow_run"] == f"resumed flow run {run_id}"
+    assert decided["commit"]["facts"] == 1
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "error" not in out, out.get("error")
+    assert out["result"]["already_decided"] and out["result"]["commit"] is None  # committed once
+    stores = open_stores(settings)
+    (fact,) = list_rows(stores.lance, "facts")
+    assert (fact["object"], fact["approver"]) == ("Jin", "alice")
+    assert get_batch(stores.meta, batch_id).flow_run_id is None
+
+
+def test_form_decision_commits_through_the_flow(batch):
+    settings, batch_id = batch
+    thread, out = _start(settings, batch_id)
+    run_id = _wait_paused(settings, batch_id, out)
+    from prefect.flow_runs import resume_flow_run
+
+    form = ReviewDecision.payload(ReviewDecision(reviewer="bob", decision="approve").to_request())
+    resume_flow_run(UUID(run_id), run_input=form)
+    thread.join(timeout=120)
+    assert not thread.is_alive() and "error" not in out, out.get("error")
+    assert out["result"]["status"] == "approved"
+    assert out["result"]["commit"]["facts"] == 1
+    stores = open_stores(settings)
+    (fact,) = list_rows(stores.lance, "facts")
+    assert fact["approver"] == "bob"
+    with get_client(sync_client=True) as client:
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+        artifacts = client.read_artifacts(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
+        )
+    keys = {a.key for a in artifacts}
+    assert f"review-{batch_id.replace('_', '-')}" in keys
+
+
+def test_nightly_step_builds_batches_as_a_task(batch):
+    """The task the nightly flow calls after scoring (build, expire, auto-approve)."""
+    from prefect import flow
+
+    from flows.review import build_batches_task
+
+    settings, first = batch
+
+    @flow(name="nightly-tail")
+    def tail(later: str) -> dict[str, Any]:
+        return build_batches_task.submit(
+            settings_data=settings.model_dump(mode="json"), run_id="run_test", now_iso=later
+        ).result()
+
+    result = tail("2026-07-13T00:00:00+00:00")  # 15 days later: the first batch expired
+    assert result["expired_batches"] == [first] and result["returned_to_queue"] == 1
+    assert len(result["created_batches"]) == 1
