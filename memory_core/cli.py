@@ -205,7 +205,7 @@ def main() -> None:
         if isinstance(exc, click.exceptions.ClickException | _click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit | _click.exceptions.Exit):
+        if isinstance(exc, click.exceptions.Exit | typer.Exit):
             sys.exit(exc.exit_code)
         raise
 

@@ -1,0 +1,184 @@
+"""After ranking: which procedures apply, what fits the token budget, and what the agent gets.
+
+Procedures are served only in their latest approved version, and only when every precondition
+holds for the state the caller passed; an older active version (a supersession still in
+flight, or a data error) is left out with its reason rather than served twice. Packing is
+greedy by score: a record that does not fit the remaining budget is skipped (and says so), and
+a smaller one below it may still fit. Every candidate leaves with a decision and a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from memory_core.read.rank import Candidate, decode_json
+
+__all__ = [
+    "JSON_COLUMNS",
+    "apply_procedure_rules",
+    "display_text",
+    "estimate_tokens",
+    "left_out_entries",
+    "pack",
+    "to_record",
+    "version_key",
+]
+
+JSON_COLUMNS = frozenset({"conditions", "preconditions", "provenance", "sources", "claims"})
+
+
+def version_key(version: str) -> tuple[Any, ...]:
+    """Order "1.10" after "1.9": numeric parts compare as numbers, the rest as text."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in re.split(r"[.\-+]", str(version))
+    )
+
+
+def _preconditions(row: Mapping[str, Any]) -> dict[str, Any]:
+    raw = row.get("preconditions")
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"<unreadable preconditions>": raw}
+    return value if isinstance(value, dict) else {"<unreadable preconditions>": raw}
+
+
+def _unmet(preconditions: Mapping[str, Any], state: Mapping[str, str]) -> list[str]:
+    """Preconditions the state does not satisfy; a list value means any one of them."""
+    unmet = []
+    for key, expected in sorted(preconditions.items()):
+        have = state.get(key)
+        allowed = [str(v) for v in expected] if isinstance(expected, list) else [str(expected)]
+        if have is None or have not in allowed:
+            unmet.append(f"{key}={'|'.join(allowed)} (state: {have if have is not None else '-'})")
+    return unmet
+
+
+def apply_procedure_rules(
+    candidates: list[Candidate], state: Mapping[str, str]
+) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
+    """Keep the latest version per (scope, name) whose preconditions all hold in ``state``."""
+    keep: list[Candidate] = []
+    dropped: list[tuple[Candidate, str]] = []
+    latest: dict[tuple[Any, ...], Candidate] = {}
+    for cand in candidates:
+        if cand.table != "procedures":
+            keep.append(cand)
+            continue
+        row = cand.row
+        scope = (row.get("tenant_id"), row.get("subject_id"), row.get("namespace"), row["name"])
+        rank = (version_key(row.get("version") or "0"), row.get("recorded_at"), cand.record_id)
+        other = latest.get(scope)
+        if other is None:
+            latest[scope] = cand
+            continue
+        other_rank = (
+            version_key(other.row.get("version") or "0"),
+            other.row.get("recorded_at"),
+            other.record_id,
+        )
+        newer, older = (cand, other) if rank > other_rank else (other, cand)
+        latest[scope] = newer
+        dropped.append((older, f"older version {older.row.get('version')} of {row['name']}"))
+    for cand in latest.values():
+        unmet = _unmet(_preconditions(cand.row), state)
+        if unmet:
+            dropped.append((cand, "precondition not met: " + "; ".join(unmet)))
+        else:
+            keep.append(cand)
+    return keep, dropped
+
+
+def display_text(table: str, row: Mapping[str, Any]) -> str:
+    """What the agent reads: the row's text, or a rendering of its structured fields."""
+    text = row.get("text")
+    if isinstance(text, str) and text.strip():
+        return text
+    if table == "facts":
+        return f"{row.get('predicate')}: {row.get('object')}"
+    if table == "procedures":
+        steps = "; ".join(row.get("steps") or [])
+        return f"{row.get('name')} v{row.get('version')}: {steps}"
+    if table == "episodes":
+        return " ".join(str(p) for p in (row.get("goal"), row.get("outcome")) if p)
+    return str(row.get("digest_id") or "")
+
+
+def estimate_tokens(text: str, chars_per_token: float) -> int:
+    """Tokenizer-free estimate: about four characters a token for English and code."""
+    return max(1, math.ceil(len(text) / chars_per_token))
+
+
+def pack(
+    ranked: list[Candidate],
+    *,
+    k: int,
+    budget_tokens: int,
+    chars_per_token: float,
+) -> tuple[list[Candidate], list[tuple[Candidate, str]], int]:
+    """Greedy by score into ``budget_tokens``, at most ``k`` records; reasons for the rest."""
+    chosen: list[Candidate] = []
+    left: list[tuple[Candidate, str]] = []
+    used = 0
+    for cand in ranked:
+        tokens = estimate_tokens(display_text(cand.table, cand.row), chars_per_token)
+        cand.row["_tokens"] = tokens
+        if len(chosen) >= k:
+            left.append((cand, f"below the top {k}"))
+        elif used + tokens > budget_tokens:
+            left.append((cand, f"over token budget (needs {tokens}, {budget_tokens - used} left)"))
+        else:
+            chosen.append(cand)
+            used += tokens
+    return chosen, left, used
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def to_record(cand: Candidate, memory_type: str) -> dict[str, Any]:
+    """The contract shape: the table's columns without the vector, plus score and reason."""
+    out: dict[str, Any] = {}
+    for key, value in cand.row.items():
+        if key == "vector" or key.startswith("_"):
+            continue
+        out[key] = decode_json(value) if key in JSON_COLUMNS else _jsonable(value)
+    out["memory_type"] = memory_type
+    out["table"] = cand.table
+    out["record_id"] = cand.record_id
+    out["score"] = cand.score
+    out["reason"] = cand.reason
+    out["score_components"] = cand.components
+    out["tokens"] = cand.row.get("_tokens")
+    out["conflict"] = bool(cand.conflict_with) or cand.row.get("status") == "contested"
+    if cand.conflict_with:
+        out["conflict_with"] = cand.conflict_with
+    return out
+
+
+def left_out_entries(
+    dropped: list[tuple[Candidate, str]], left: list[tuple[Candidate, str]]
+) -> list[dict[str, Any]]:
+    """The query record's ``left_out``: every candidate not served, with its reason.
+
+    ``dropped`` were removed before ranking (procedure rules: no score); ``left`` were ranked
+    and did not fit (k or the token budget).
+    """
+    out = [
+        {"record_id": c.record_id, "table": c.table, "score": None, "reason": r} for c, r in dropped
+    ]
+    out += [
+        {"record_id": c.record_id, "table": c.table, "score": c.score, "reason": r} for c, r in left
+    ]
+    return out
