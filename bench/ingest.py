@@ -5,12 +5,17 @@
 Generates a JSONL file of synthetic episodes (384-d unit vectors supplied), then ingests it
 into a fresh home in a child process per repeat, so each measures one cold ingest and its own
 peak RSS. Reports the median.
+
+On a shared machine wall time swings with other tenants' load, so each run also reports the
+CPU seconds the ingest used (all its threads) and the load average around it:
+``episodes_per_cpu_s`` is the throughput one dedicated core would give.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import statistics
@@ -67,11 +72,22 @@ def child(path: str, home: str) -> None:
     stores = open_stores(settings)
     embedder = HashEmbedder(384)
     stores.lance.ensure_tables(384)
-    t0 = time.perf_counter()
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
     result = ingest_file(stores, settings, RunContext(), Path(path), embedder=embedder)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"inserted": result.inserted, "seconds": seconds, "peak_rss_mb": rss_mb}))
+    print(
+        json.dumps(
+            {
+                "inserted": result.inserted,
+                "seconds": round(seconds, 3),
+                "cpu_seconds": round(cpu, 3),
+                "peak_rss_mb": round(rss_mb, 1),
+                "load_avg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -96,6 +112,7 @@ def main() -> None:
             )
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         secs = statistics.median(r["seconds"] for r in runs)
+        cpu = statistics.median(r["cpu_seconds"] for r in runs)
         print(
             json.dumps(
                 {
@@ -104,6 +121,8 @@ def main() -> None:
                     "runs": runs,
                     "median_seconds": round(secs, 2),
                     "episodes_per_s": round(args.episodes / secs),
+                    "median_cpu_seconds": round(cpu, 2),
+                    "episodes_per_cpu_s": round(args.episodes / cpu),
                     "median_peak_rss_mb": round(statistics.median(r["peak_rss_mb"] for r in runs)),
                 },
                 indent=2,

@@ -13,6 +13,7 @@ import json
 import random
 from collections import Counter
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _vector(rng: random.Random, style: str) -> list[Any]:
         return [int(v * 3) for v in values]
     if style == "edge":
         out: list[Any] = [float(v) for v in values]
-        out[:6] = [0, -0.0, 1e-45, 1e39, -1e39, 123456789012345678901234567890]
+        out[:7] = [0, -0.0, 1e-45, 1e39, -1e39, 123456789012345678901234567890, 2**60 + 2**36 + 1]
         return out
     msg = style
     raise ValueError(msg)
@@ -82,7 +83,9 @@ def _line(record: dict[str, Any], rng: random.Random) -> str:
     return body[:cut] + sep[0] + member + body[cut:]
 
 
-def _records(n: int, seed: int) -> list[dict[str, Any]]:
+def _records(
+    n: int, seed: int, styles: tuple[str, ...] = ("round6", "round6", "repr", "ints", "edge")
+) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     secrets = [
         CONTEXT.get(kind, f"the value was {secret} in the log") for kind, secret in SECRETS.items()
@@ -127,14 +130,14 @@ def _records(n: int, seed: int) -> list[dict[str, Any]]:
         if rng.random() < 0.2:
             rec["expires_at"] = "2027-01-01T00:00:00Z"
         if rng.random() < 0.8:
-            rec["vector"] = _vector(rng, rng.choice(["round6", "round6", "repr", "ints", "edge"]))
+            rec["vector"] = _vector(rng, rng.choice(styles))
         out.append(rec)
     return out
 
 
-def _mixed_lines(n: int, seed: int) -> list[str]:
+def _mixed_lines(n: int, seed: int, **kw: Any) -> list[str]:
     rng = random.Random(seed)
-    lines = [_line(r, rng) for r in _records(n, seed)]
+    lines = [_line(r, rng) for r in _records(n, seed, **kw)]
     lines.insert(5, lines[3])  # an identical duplicate is stored once
     lines.insert(9, "   ")  # blank lines are skipped but keep the numbering
     return lines
@@ -158,6 +161,21 @@ def _rows(stores) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["episode_id"])
 
 
+class _ExactOnly:
+    """Forces the exact path (the cut refuses every line) and counts the lines it takes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.lines = 0
+        exact_line = ingest_fast.exact_line
+
+        def counted(*args: Any) -> Any:
+            self.lines += 1
+            return exact_line(*args)
+
+        monkeypatch.setattr(ingest_fast, "cut_vector", lambda buf, start, end: None)
+        monkeypatch.setattr(ingest_fast, "exact_line", counted)
+
+
 # --- fast == exact ------------------------------------------------------------------------
 
 
@@ -165,8 +183,9 @@ def test_fast_and_exact_paths_store_the_same_rows(tmp_path, monkeypatch):
     lines = _mixed_lines(400, seed=1)
     fast_result, fast_stores = _ingest(tmp_path, "fast", lines)
     with monkeypatch.context() as m:
-        m.setattr(ingest_fast, "split_vector", lambda line: None)
+        exact = _ExactOnly(m)
         exact_result, exact_stores = _ingest(tmp_path, "exact", lines)
+    assert exact.lines == len(lines) - 1  # every non-blank line
     fast_rows, exact_rows = _rows(fast_stores), _rows(exact_stores)
     assert len(fast_rows) == 400
     assert fast_rows == exact_rows
@@ -176,12 +195,17 @@ def test_fast_and_exact_paths_store_the_same_rows(tmp_path, monkeypatch):
 
 
 def test_well_formed_lines_take_the_fast_path():
-    lines = _mixed_lines(200, seed=2)
+    lines = _mixed_lines(200, seed=2, styles=("round6", "repr", "ints"))
     with VectorParser(DIM) as parser:
         chunk = process_chunk(lines, 1, dim=DIM, now=NOW, parser=parser)
+        assert not chunk.errors
+        assert chunk.exact == 0
+        assert chunk.has_vector.sum() > 100
+        # a number beyond float range (inf once cast) is left to the exact path
+        edge = _mixed_lines(50, seed=2, styles=("edge",))
+        chunk = process_chunk(edge, 1, dim=DIM, now=NOW, parser=parser)
     assert not chunk.errors
-    assert chunk.exact == 0
-    assert chunk.has_vector.sum() > 100
+    assert chunk.exact == chunk.has_vector.sum() > 0
 
 
 def test_bad_lines_get_the_same_errors_on_both_paths(tmp_path, monkeypatch):
@@ -212,9 +236,10 @@ def test_bad_lines_get_the_same_errors_on_both_paths(tmp_path, monkeypatch):
     with pytest.raises(ValidationFailed) as fast:
         _ingest(tmp_path, "fast", lines)
     with monkeypatch.context() as m:
-        m.setattr(ingest_fast, "split_vector", lambda line: None)
+        forced = _ExactOnly(m)
         with pytest.raises(ValidationFailed) as exact:
             _ingest(tmp_path, "exact", lines)
+    assert forced.lines == len(lines)
     assert fast.value.errors == exact.value.errors
     by_line = {e.line: e for e in fast.value.errors}
     assert by_line[2].field == "vector[0]"
@@ -232,8 +257,9 @@ def test_quarantine_is_the_same_on_both_paths(tmp_path, monkeypatch):
     lines[20] = lines[20][:-3]
     fast_result, fast_stores = _ingest(tmp_path, "fast", lines, quarantine=True)
     with monkeypatch.context() as m:
-        m.setattr(ingest_fast, "split_vector", lambda line: None)
+        forced = _ExactOnly(m)
         exact_result, exact_stores = _ingest(tmp_path, "exact", lines, quarantine=True)
+    assert forced.lines == len(lines) - 1
     assert fast_result.as_dict() == exact_result.as_dict()
     assert fast_result.quarantined == 2
     assert _rows(fast_stores) == _rows(exact_stores)
@@ -384,10 +410,29 @@ def test_blocks_are_cut_into_lines_like_splitlines(tmp_path):
             pos += len(data)
             spans = ingest_fast._line_spans(data)
             lines = data.decode().splitlines()
-            if spans is not None:
+            ascii_breaks = any(c in data for c in b"\x0b\x0c\x1c\x1d\x1e")
+            if spans is not None and not ascii_breaks:  # those are found line by line
                 assert [data[a:b].decode() for a, b in zip(*spans, strict=True)] == lines
             got += lines
         assert got == text.splitlines()
+
+
+def test_odd_line_breaks_number_lines_as_splitlines_does(tmp_path):
+    good = [json.dumps(episode(episode_id=f"e{i}", vector=[0.25] * DIM)) for i in range(6)]
+    for brk in ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\r"]:
+        text = "\n".join(
+            [good[0], good[1][:40] + brk + good[1][40:], good[2], brk, good[3], "", good[4]]
+        )
+        path = tmp_path / "odd.jsonl"
+        path.write_text(text + "\n", encoding="utf-8", newline="")
+        settings, stores = _store(tmp_path, f"home{ord(brk)}")
+        run = RunContext(now=NOW)
+        with pytest.raises(ValidationFailed) as info:
+            ingest_file(stores, settings, run, path, embedder=HashEmbedder(DIM))
+        with pytest.raises(ValidationFailed) as expected:
+            ingest_records(stores, settings, run, text.splitlines(), embedder=HashEmbedder(DIM))
+        assert info.value.errors == expected.value.errors, repr(brk)
+        assert {e.line for e in info.value.errors} == {2, 3}, repr(brk)
 
 
 def test_file_that_is_not_utf8_names_the_byte(tmp_path):
@@ -416,7 +461,7 @@ def test_empty_blank_and_all_bad_inputs(tmp_path):
 
 
 def test_windows_line_ends_take_the_fast_path(tmp_path):
-    lines = _mixed_lines(50, seed=9)
+    lines = _mixed_lines(50, seed=9, styles=("round6", "repr", "ints"))
     path = tmp_path / "crlf.jsonl"
     path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
     data = path.read_bytes()
@@ -484,6 +529,12 @@ def test_split_vector_refuses_what_it_cannot_prove(line):
     assert json.loads(rest) == {k: v for k, v in whole.items() if k != "vector"}
 
 
+EDGE_NUMBERS = [
+    *("-0", "-0.0", "0", "1E+05", "1e-400", "1e39", "-1e400", "1e-45", "1.5e7", "16777215"),
+    *("16777216", str(2**60 + 2**36 + 1), str(-(2**62 + 2**38 + 1)), str(2**64 + 2**40 + 1)),
+]
+
+
 def test_vector_parser_matches_pydantic_bit_for_bit():
     rng = random.Random(7)
     tokens = []
@@ -497,8 +548,13 @@ def test_vector_parser_matches_pydantic_bit_for_bit():
             tokens.append(str(rng.randint(-(10**25), 10**25)))
         elif kind < 0.8:
             tokens.append(f"{rng.uniform(-1, 1):.{rng.randint(0, 20)}e}")
+        elif kind < 0.9:  # halfway between two floats: rounding twice must match the exact path
+            low = np.float32(rng.gauss(0, 1))
+            mid = (Decimal(float(low)) + Decimal(float(np.nextafter(low, np.float32(9))))) / 2
+            step = Decimal(float(np.spacing(float(mid)))) * Decimal(rng.choice([0, 1, -1])) / 3
+            tokens.append(format(mid + step, ".30e"))
         else:
-            tokens.append(rng.choice(["-0", "-0.0", "0", "1E+05", "1e-400", "1e39", "-1e400"]))
+            tokens.append(rng.choice(EDGE_NUMBERS))
     dim = 10
     texts = [f"[{', '.join(tokens[i : i + dim])}]" for i in range(0, len(tokens), dim)]
     buf = "\n".join(texts).encode()
@@ -508,11 +564,12 @@ def test_vector_parser_matches_pydantic_bit_for_bit():
         vectors, ok = parser.parse(buf, starts, ends)
     as_floats = TypeAdapter(list[float]).validate_json  # what the exact path does
     for text, vector, fine in zip(texts, vectors, ok, strict=True):
-        expected = np.asarray(as_floats(text), dtype=np.float64)
-        assert fine == bool(np.isfinite(expected).all())
+        with np.errstate(over="ignore"):
+            expected = np.asarray(as_floats(text), dtype=np.float32)
+        # refused (left to the exact path): not finite once a float, or 2**24 and beyond
+        assert fine == bool((np.abs(expected) < 2**24).all())
         if fine:
-            with np.errstate(over="ignore"):
-                assert vector.tobytes() == expected.astype(np.float32).tobytes()
+            assert vector.tobytes() == expected.tobytes()
 
 
 def test_fast_secret_screen_is_exact():

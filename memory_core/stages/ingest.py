@@ -19,8 +19,8 @@ one float32 vector array per chunk), not by the input text or Python objects:
    written.
 2. write: conflicts (within the input and against the store) and re-ingested episodes are
    resolved on the id/hash columns; new episodes without a vector are embedded (through the
-   cache); all new rows go to Lance in a single ``merge_insert`` commit fed by a stream of
-   record batches, so readers see all of them or none.
+   cache); all new rows go to Lance in a single ``merge_insert`` commit
+   (``LanceStore.insert_new``), so readers see all of them or none.
 """
 
 from __future__ import annotations
@@ -391,28 +391,23 @@ def _fill_vectors(
 
 
 def _write(stores: Stores, chunks: list[Chunk], fresh: np.ndarray, embedder: Embedder) -> int:
-    """Phase 2: the new rows, streamed as record batches into one Lance commit."""
+    """Phase 2: the new rows in one Lance commit (``insert_new``: ids already stored stay).
+
+    The table is assembled from the chunks' columns without copying them (except rows
+    filtered out), in record batches of ``WRITE_BATCH_ROWS``: Lance holds far less than with
+    one batch of every row (measured: +550 MB at 100k episodes for a single batch).
+    """
     inserted = int(fresh.sum())
     if not inserted:
         return 0
-    table = stores.lance.table("episodes")
-    schema = table.schema
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        for chunk, mask in _per_chunk(chunks, fresh):
-            if mask.any():
-                rows = chunk.table if mask.all() else chunk.table.filter(pa.array(mask))
-                vectors = chunk.vectors if mask.all() else chunk.vectors[mask]
-                out = _episode_rows(rows, vectors, embedder, schema).to_batches(WRITE_BATCH_ROWS)
-                del rows, vectors
-            else:
-                out = []
-            # Lance holds what it has not written yet; let each chunk go once it is handed over.
-            chunk.table, chunk.vectors = chunk.table.schema.empty_table(), chunk.vectors[:0].copy()
-            yield from out
-
-    reader = pa.RecordBatchReader.from_batches(schema, batches())
-    table.merge_insert("episode_id").when_not_matched_insert_all().execute(reader)
+    schema = stores.lance.table("episodes").schema
+    batches: list[pa.RecordBatch] = []
+    for chunk, mask in _per_chunk(chunks, fresh):
+        if mask.any():
+            rows = chunk.table if mask.all() else chunk.table.filter(pa.array(mask))
+            vectors = chunk.vectors if mask.all() else chunk.vectors[mask]
+            batches += _episode_rows(rows, vectors, embedder, schema).to_batches(WRITE_BATCH_ROWS)
+    stores.lance.insert_new("episodes", pa.Table.from_batches(batches, schema))
     return inserted
 
 
