@@ -1,0 +1,207 @@
+"""Benchmark forgetting against the bare Lance floor, in the same run; prints JSON.
+
+    .venv/bin/python bench/forget.py --rows 1000000        # the issue's size (~1.6 GB)
+    .venv/bin/python bench/forget.py --rows 100000 --repeat 3
+
+A synthetic ``episodes`` table (real schema and scalar indices, written directly with Lance,
+not through ingest) of ``--rows`` x 384-d rows in fragments of 100k; ``--subjects`` subjects
+spread over every fragment (subject = row % subjects); every 10th row is past TTL + grace.
+
+(a) TTL expiry of those 10% plus compaction through ``run_forgetting`` (scan for the rows and
+    their DuckDB traces, delete, compaction materializing deletions, index refresh, cleanup of
+    old versions) vs the floor: the same delete, ``compact_files(materialize_deletions_
+    threshold=0.0)`` and ``cleanup_old_versions(older_than=0)``. Target: ratio <= 1.3.
+(b) ``forget_subject`` of one subject: delete, derived re-checks, DuckDB purge, compaction of
+    every fragment (the subject is in all of them), index refresh, version purge, and
+    verification of every version of every table. Target: < 15 s.
+Each trial runs on a fresh copy of the same base; medians over ``--repeat`` trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from memory_core.config import load_settings
+from memory_core.context import RunContext
+from memory_core.stages.forget import forget_subject, run_forgetting
+from memory_core.stores import open_stores
+from memory_core.stores.schemas import schema_for
+
+NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
+FRAGMENT = 100_000
+
+
+def _batch(start: int, n: int, subjects: int, dim: int, rng: np.random.Generator) -> pa.Table:
+    idx = np.arange(start, start + n)
+    old = idx % 10 == 0
+    occurred = np.where(old, 60, 2)  # days before NOW: 60 > TTL 30 + grace 7
+    at = [
+        NOW - timedelta(days=int(d), seconds=int(i % 86400))
+        for d, i in zip(occurred, idx, strict=True)
+    ]
+    vec = rng.standard_normal((n, dim), dtype=np.float32)
+    vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+    ts = pa.timestamp("us", tz="UTC")
+    cols = {
+        "episode_id": [f"ep{i:08d}" for i in idx],
+        "session_id": [None] * n,
+        "occurred_at": pa.array(at, ts),
+        "source_role": ["agent"] * n,
+        "goal": [f"goal {i % 97}" for i in idx],
+        "actions": [["step a", "step b"]] * n,
+        "outcome": ["success"] * n,
+        "conditions": ['{"os":"linux"}'] * n,
+        "observations": [[]] * n,
+        "feedback": [None] * n,
+        "claims": ["[]"] * n,
+        "consent_basis": [None] * n,
+        "sources": ["[]"] * n,
+        "procedure_id": [None] * n,
+        "procedure_version": [None] * n,
+        "redactions": pa.array(np.zeros(n, np.int32)),
+        "tenant_id": [f"t{i % 10}" for i in idx],
+        "subject_id": [f"s{i % subjects:05d}" for i in idx],
+        "namespace": ["it"] * n,
+        "status": ["active"] * n,
+        "valid_from": pa.array(at, ts),
+        "valid_to": pa.nulls(n, ts),
+        "recorded_at": pa.array(at, ts),
+        "recorded_to": pa.nulls(n, ts),
+        "expires_at": pa.nulls(n, ts),
+        "sensitivity": ["low"] * n,
+        "purpose": [None] * n,
+        "authority": ["agent_inference"] * n,
+        "confidence": pa.array(np.ones(n, np.float32)),
+        "importance": pa.nulls(n, pa.float32()),
+        "provenance": ["[]"] * n,
+        "content_hash": [f"h{i:030d}" for i in idx],
+        "embedding_version": ["hash-384"] * n,
+        "policy_version": ["1"] * n,
+        "text": [f"episode {i} text about goal {i % 97}" for i in idx],
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), dim),
+    }
+    schema = schema_for("episodes", dim)
+    return pa.Table.from_pydict({f.name: cols[f.name] for f in schema}, schema=schema)
+
+
+def build(base: Path, rows: int, subjects: int, dim: int) -> float:
+    t0 = time.perf_counter()
+    settings = load_settings(home=base, embed={"model": "hash", "dim": dim})
+    stores = open_stores(settings)
+    stores.lance.ensure_tables(dim, embedder="hash-384")
+    table = stores.lance.table("episodes")
+    rng = np.random.default_rng(0)
+    for start in range(0, rows, FRAGMENT):
+        table.add(_batch(start, min(FRAGMENT, rows - start), subjects, dim, rng))
+    ds = table.to_lance()
+    ds.optimize.optimize_indices()
+    lance.dataset(ds.uri).cleanup_old_versions(older_than=timedelta(0))
+    return time.perf_counter() - t0
+
+
+def _copy(base: Path, work: Path, name: str) -> Path:
+    target = work / name
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(base, target)
+    return target
+
+
+def floor(home: Path) -> float:
+    uri = str(home / "lance" / "episodes.lance")
+    t0 = time.perf_counter()
+    ds = lance.dataset(uri)
+    ds.delete(f"occurred_at < TIMESTAMP '{(NOW - timedelta(days=37)):%Y-%m-%d %H:%M:%S}'")
+    lance.dataset(uri).optimize.compact_files(materialize_deletions_threshold=0.0)
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
+    return time.perf_counter() - t0
+
+
+def floor_forget(home: Path, subject: str) -> float:
+    """The bare Lance floor of (b): delete the subject's rows, materialize, clean up."""
+    uri = str(home / "lance" / "episodes.lance")
+    t0 = time.perf_counter()
+    lance.dataset(uri).delete(f"subject_id = '{subject}'")
+    lance.dataset(uri).optimize.compact_files(materialize_deletions_threshold=0.0)
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
+    return time.perf_counter() - t0
+
+
+def ours_expire(home: Path, dim: int) -> tuple[float, dict]:
+    settings = load_settings(home=home, embed={"model": "hash", "dim": dim})
+    t0 = time.perf_counter()
+    stores = open_stores(settings)
+    receipt = run_forgetting(stores, settings, RunContext(now=NOW))
+    return time.perf_counter() - t0, receipt
+
+
+def ours_forget(home: Path, dim: int, subject: str) -> tuple[float, dict]:
+    settings = load_settings(home=home, embed={"model": "hash", "dim": dim})
+    t0 = time.perf_counter()
+    stores = open_stores(settings)
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), subject)
+    return time.perf_counter() - t0, receipt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--subjects", type=int, default=10_000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-forget-"))
+    work.mkdir(parents=True, exist_ok=True)
+    base = work / "base"
+    shutil.rmtree(base, ignore_errors=True)
+    built = build(base, args.rows, args.subjects, args.dim)
+    floors, expires, forgets, forget_floors, receipts = [], [], [], [], {}
+    for trial in range(args.repeat):
+        floors.append(floor(_copy(base, work, "floor")))
+        seconds, receipts["expire"] = ours_expire(_copy(base, work, "ours"), args.dim)
+        expires.append(seconds)
+        subject = f"s{(42 + trial) % args.subjects:05d}"
+        forget_floors.append(floor_forget(_copy(base, work, "forget-floor"), subject))
+        seconds, receipts["forget"] = ours_forget(_copy(base, work, "forget"), args.dim, subject)
+        forgets.append(seconds)
+    shutil.rmtree(work, ignore_errors=True) if args.workdir is None else None
+    f, e, d = (statistics.median(x) for x in (floors, expires, forgets))
+    forget_receipt = receipts["forget"]
+    import os
+
+    print(json.dumps({
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "rows": args.rows, "subjects": args.subjects, "dim": args.dim, "repeat": args.repeat,
+        "build_s": round(built, 2),
+        "ttl_expiry": {
+            "floor_s": [round(x, 2) for x in floors], "ours_s": [round(x, 2) for x in expires],
+            "median_ratio": round(e / f, 3), "target_ratio": 1.3,
+            "deleted": receipts["expire"]["deleted"],
+            "ours_phases_s": receipts["expire"]["seconds"],
+        },
+        "forget_subject": {
+            "seconds": [round(x, 2) for x in forgets], "median_s": round(d, 2), "target_s": 15,
+            "floor_s": [round(x, 2) for x in forget_floors],
+            "phases_s": forget_receipt["seconds"],
+            "rows_deleted": forget_receipt["lance_rows_deleted"],
+            "fragments_rewritten": forget_receipt["fragments_rewritten"],
+            "versions_purged": forget_receipt["versions_purged"],
+            "verified": forget_receipt["verification"]["verified"],
+            "receipt_duration_s": forget_receipt["duration_s"],
+        },
+    }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

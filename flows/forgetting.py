@@ -1,0 +1,136 @@
+"""Forgetting flows: the nightly ``forgetting`` pass and the 15-minute ``deletion-requests``.
+
+Thin orchestration over ``memory_core.stages.forget``: tasks take plain values (settings as a
+dict, the clock) and open the stores themselves. Deletions run one at a time (one task per
+request, sequentially): each purges old Lance versions, which must not race another purge.
+Serve them with ``flow.serve(..., cron="*/15 * * * *", global_limit=1)`` for deletions and a
+nightly cron for ``forgetting`` (after ``nightly-consolidation``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from memory_core.config import Settings
+from memory_core.context import RunContext
+from memory_core.stages import forget as stage
+from memory_core.stages.delete_subject import Target, forget
+from memory_core.stores import Stores, open_stores
+from memory_core.stores import forgetting as fstore
+
+__all__ = [
+    "DELETION_CRON",
+    "deletion_requests",
+    "forgetting",
+    "run_deletion_requests",
+    "run_forgetting_flow",
+]
+
+DELETION_CRON = "*/15 * * * *"
+
+
+def _open(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
+    settings = Settings.model_validate(settings_data)
+    return settings, open_stores(settings)
+
+
+@task(name="forgetting-pass", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
+def forgetting_task(*, settings_data: dict[str, Any], now_iso: str, run_id: str) -> dict[str, Any]:
+    """Access-log fold, compaction, expiry, hard delete, maintenance."""
+    settings, stores = _open(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    return stage.run_forgetting(stores, settings, ctx)
+
+
+@task(name="forget-request", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
+def deletion_task(*, settings_data: dict[str, Any], request_id: str, now_iso: str,
+                  run_id: str) -> dict[str, Any]:  # fmt: skip
+    """Carry out one queued user deletion (a rerun of a done request does nothing)."""
+    settings, stores = _open(settings_data)
+    request = fstore.get_request(stores.meta, request_id)
+    if request is None or request.status != "pending":
+        return {"request_id": request_id, "skipped": True}
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    target = Target(
+        subject_id=request.target if request.kind == "subject" else None,
+        episode_id=request.target if request.kind == "episode" else None,
+        tenant_id=request.tenant_id,
+    )
+    return forget(stores, settings, ctx, target, request_id=request_id)
+
+
+@flow(name="forgetting", log_prints=False)
+def forgetting(*, settings_data: dict[str, Any], now_iso: str) -> dict[str, Any]:
+    """The nightly forgetting pass; publishes its receipt as an artifact."""
+    ctx = RunContext(now=datetime.fromisoformat(now_iso))
+    receipt = forgetting_task(settings_data=settings_data, now_iso=now_iso, run_id=ctx.run_id)
+    rows = [
+        {
+            "table": t,
+            "expired": receipt["expired"].get(t, 0),
+            "deleted": receipt["deleted"].get(t, 0),
+        }
+        for t in sorted(set(receipt["expired"]) | set(receipt["deleted"]))
+    ]
+    create_table_artifact(key="forgetting-counts", table=rows, description="Expired and deleted")
+    create_markdown_artifact(
+        key="forgetting-summary",
+        markdown=(
+            f"# Forgetting {receipt['run_id']}\n\n- clock: {receipt['at']}\n"
+            f"- digests: {receipt['compaction']['digests']} "
+            f"({receipt['compaction']['episodes_folded']} episodes folded)\n"
+            f"- access log: {receipt['access_log']}\n- receipt: {receipt['receipt_id']}\n"
+        ),
+    )
+    get_run_logger().info("forgetting %s: %s", receipt["run_id"], rows)
+    return receipt
+
+
+@flow(name="deletion-requests", log_prints=False)
+def deletion_requests(*, settings_data: dict[str, Any], now_iso: str,
+                      limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip
+    """Carry out queued user deletions, oldest first; one receipt each (no content)."""
+    _settings, stores = _open(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso))
+    receipts = []
+    for request in fstore.pending_requests(stores.meta, limit=limit):
+        if request.kind not in ("subject", "episode"):
+            continue
+        receipts.append(
+            deletion_task(settings_data=settings_data, request_id=request.request_id,
+                          now_iso=now_iso, run_id=ctx.run_id)
+        )  # fmt: skip
+    done = [r for r in receipts if not r.get("skipped")]
+    if done:
+        create_table_artifact(
+            key="deletion-receipts",
+            table=[
+                {
+                    "receipt_id": r["receipt_id"],
+                    "kind": r["kind"],
+                    "target_hash": r["target_hash"][:23],
+                    "verified": r["verification"]["verified"],
+                    "rows": sum(r["lance_rows_deleted"].values()),
+                    "seconds": r["duration_s"],
+                }
+                for r in done
+            ],
+            description="User deletions carried out (targets by hash only)",
+        )
+    get_run_logger().info("deletion-requests: %d done", len(done))
+    return receipts
+
+
+def run_forgetting_flow(settings: Settings, *, now: datetime) -> dict[str, Any]:
+    return forgetting(settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat())
+
+
+def run_deletion_requests(settings: Settings, *, now: datetime) -> list[dict[str, Any]]:
+    return deletion_requests(
+        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
+    )

@@ -1,0 +1,291 @@
+"""User deletion: ``memctl forget --subject S`` / ``--episode ID``, provable and with a receipt.
+
+Order, chosen so a crash at any point converges on a rerun (the request stays pending until
+its receipt is written):
+
+1. refuse early if Lance tags would keep old versions (nothing written yet);
+2. collect the subject's rows in every Lance table (every status and row version) and the
+   embedding-cache keys of their texts, recomputed from the rows before they go;
+3. take the subject's records out of tenant-scope derived records (digests lose their lines,
+   facts/procedures/candidates their evidence) and re-check them as revocation does;
+4. recompute the centroid and label of every cluster that loses members (both derive from
+   content), or drop a cluster left with no stored member;
+5. delete the subject's rows in every classified DuckDB table in one transaction;
+6. delete the subject's Lance rows (one commit per table), and its access-log lines;
+7. purge: compaction materializing deletions, index refresh, cleanup of every old version;
+8. verify: every version of every Lance table, index row counts, every text column of every
+   DuckDB table, and the access-log files; then store the receipt (counts, tables, versions
+   purged, duration, verification; the subject only as a hash).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memory_core.config import Settings
+from memory_core.context import RunContext
+from memory_core.embed import Embedder
+from memory_core.stages.cluster import _error_code, _label
+from memory_core.stages.cluster_leader import episode_features, unit_rows
+from memory_core.stages.expire import access_log_dir, text_hashes_of
+from memory_core.stages.revoke import remove_sources
+from memory_core.stores import Stores
+from memory_core.stores import forgetting as fstore
+from memory_core.stores.audit import record_audit, store_receipt
+from memory_core.stores.lance import sql_quote
+from memory_core.stores.maintenance import check_tags, index_health, purge_versions, scan_versions
+from memory_core.stores.schemas import ID_COLUMN, TABLES
+
+__all__ = ["Target", "forget"]
+
+logger = logging.getLogger(__name__)
+
+_NEEDLE_LIMIT = 500  # ids searched inside JSON/text values; beyond this, exact values only
+
+
+@dataclass(frozen=True)
+class Target:
+    """Whom or what to forget: a subject (optionally in one tenant) or one episode."""
+
+    subject_id: str | None = None
+    episode_id: str | None = None
+    tenant_id: str | None = None
+
+    def where(self) -> str:
+        if self.subject_id is not None:
+            clause = f"subject_id = {sql_quote(self.subject_id)}"
+        else:
+            clause = f"episode_id = {sql_quote(self.episode_id or '')}"
+        if self.tenant_id is not None:
+            clause += f" AND tenant_id = {sql_quote(self.tenant_id)}"
+        return clause
+
+    @property
+    def kind(self) -> str:
+        return "subject" if self.subject_id is not None else "episode"
+
+    @property
+    def name(self) -> str:
+        return self.subject_id if self.subject_id is not None else (self.episode_id or "")
+
+
+def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list[str]]:
+    """({table: ids} of the target's rows in every version-current table, text hashes)."""
+    ids: dict[str, list[str]] = {}
+    hashes: list[str] = []
+    existing = set(stores.lance.table_names())
+    for name in TABLES:
+        if name not in existing or (target.kind == "episode" and name != "episodes"):
+            continue
+        cols = [ID_COLUMN[name], *(["goal", "actions", "conditions", "text", "feedback"]
+                                   if name == "episodes" else ["text"])]  # fmt: skip
+        rows = stores.lance.scan(name, where=target.where(), columns=cols)
+        if rows.num_rows:
+            ids[name] = rows.column(ID_COLUMN[name]).to_pylist()
+            hashes += text_hashes_of(name, rows)
+    return ids, hashes
+
+
+def _recompute_clusters(stores: Stores, settings: Settings, gone: list[str]) -> tuple[list, list]:
+    """(updates, dropped) for clusters losing members: centroid and label from the rest."""
+    clusters = fstore.clusters_of_members(stores.meta, gone)
+    remaining = fstore.remaining_members(stores.meta, clusters, minus=gone)
+    updates, dropped = [], []
+    for cid in clusters:
+        members = remaining[cid]
+        rows = None
+        if members:
+            quoted = ", ".join(sql_quote(m) for m in members)
+            rows = stores.lance.scan(
+                "episodes",
+                where=f"episode_id IN ({quoted})",
+                columns=["episode_id", "occurred_at", "goal", "actions", "conditions", "vector"],
+            ).sort_by([("occurred_at", "ascending"), ("episode_id", "ascending")])
+        if rows is None or rows.num_rows == 0:
+            dropped.append(cid)
+            continue
+        vectors = np.asarray(rows.column("vector").to_pylist(), dtype=np.float32)
+        goals = rows.column("goal").to_pylist()
+        features = episode_features(vectors, goals, settings.cluster.goal_weight)
+        centroid = unit_rows(features.mean(axis=0, keepdims=True))[0]
+        first = rows.slice(0, 1).to_pylist()[0]
+        label = _label(first["goal"], first["actions"], _error_code(first["conditions"]))
+        updates.append((cid, [float(x) for x in centroid], len(members), label))
+    return updates, dropped
+
+
+def _scrub_access_log(settings: Settings, target: Target, ids: set[str]) -> int:
+    """Rewrite the access-log files (pending and folded) without the target's lines."""
+    folder = access_log_dir(settings)
+    removed = 0
+    for path in sorted([*folder.glob("*.jsonl"), *folder.glob("folded/*.jsonl")]):
+        kept, dropped = [], 0
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if _log_line_matches(line, target, ids):
+                dropped += 1
+            else:
+                kept.append(line)
+        if dropped:
+            tmp = path.with_suffix(".scrub")
+            tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+            tmp.replace(path)
+            removed += dropped
+    return removed
+
+
+def _log_line_matches(line: str, target: Target, ids: set[str]) -> bool:
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return target.name in line  # unparseable: be safe
+    if not isinstance(item, dict):
+        return False
+    if item.get("record_id") in ids:
+        return True
+    if target.subject_id is None or item.get("subject_id") != target.subject_id:
+        return False
+    return target.tenant_id is None or item.get("tenant_id") == target.tenant_id
+
+
+def _verify(stores: Stores, settings: Settings, target: Target, ids: list[str],
+            request_id: str | None) -> dict[str, Any]:  # fmt: skip
+    """Scan every version of every table, index counts, DuckDB and access logs for residue."""
+    residue: dict[str, Any] = {}
+    versions: dict[str, int] = {}
+    quoted = json.dumps(target.name).replace("'", "''")
+    for name in TABLES:
+        if name not in stores.lance.table_names():
+            continue
+        where = f"(({target.where()}) OR strpos(provenance, '{quoted}') > 0)"
+        if target.kind == "episode" and name != "episodes":
+            where = f"strpos(provenance, '{quoted}') > 0"
+        if target.tenant_id is not None:
+            where += f" AND tenant_id = {sql_quote(target.tenant_id)}"
+        checked, hits = scan_versions(stores.lance, name, where)
+        versions[name] = checked
+        if hits is not None:
+            residue[f"lance.{name}"] = hits.num_rows
+        stale = {k: v for k, v in index_health(stores.lance, name).items() if v > 0}
+        if stale:
+            residue[f"index.{name}"] = stale
+    needles = [target.name, *ids[:_NEEDLE_LIMIT]]
+    for table, count in fstore.find_needles(
+        stores.meta, needles, tenant_id=target.tenant_id, exclude_request=request_id
+    ).items():
+        residue[f"duckdb.{table}"] = count
+    left = _scrub_access_log(settings, target, set(ids))  # a second pass finds nothing
+    if left:
+        residue["access_log"] = left
+    return {"verified": not residue, "versions_checked": versions, "residue": residue}
+
+
+def forget(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    target: Target,
+    *,
+    embedder: Embedder | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """Delete the target everywhere, purge old versions, verify, and return the receipt."""
+    t0 = time.perf_counter()
+    tables = [t for t in TABLES if t in stores.lance.table_names()]
+    check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
+    with stores.meta.connect() as con:
+        unclassified = fstore.unclassified_tables(con)
+    ids_by_table, hashes = _collect(stores, target)
+    record_ids = sorted({i for ids in ids_by_table.values() for i in ids})
+    if target.subject_id is not None:  # sources no longer in Lance (compacted) still count
+        record_ids = sorted(
+            set(record_ids)
+            | set(fstore.subject_sources(stores.meta, target.subject_id, target.tenant_id))
+        )
+    marks = {"collect": time.perf_counter()}
+    reason = f"user deletion ({target.kind})"
+    derived = remove_sources(
+        stores, settings, ctx, set(record_ids), reason=reason, embedder=embedder,
+        delete_subject=target.subject_id,
+    )  # fmt: skip
+    marks["derived"] = time.perf_counter()
+    episodes = ids_by_table.get("episodes", [])
+    updates, dropped = _recompute_clusters(stores, settings, episodes)
+    candidates = (
+        fstore.subject_candidates(stores.meta, target.subject_id, target.tenant_id)
+        if target.subject_id is not None
+        else []
+    )
+    with stores.meta.transaction() as con:
+        control = fstore.purge_subject_rows(
+            con, subject_id=target.subject_id, tenant_id=target.tenant_id,
+            record_ids=record_ids, text_hashes=hashes, candidate_ids=candidates,
+        )  # fmt: skip
+        fstore.save_cluster_changes(con, updates, dropped, now=ctx.now)
+    marks["control_plane"] = time.perf_counter()
+    lance_deleted: dict[str, int] = {}
+    for name, ids in ids_by_table.items():
+        stores.lance.delete(name, target.where())
+        lance_deleted[name] = len(ids)
+    log_lines = _scrub_access_log(settings, target, set(record_ids))
+    marks["delete"] = time.perf_counter()
+    purged = [
+        purge_versions(stores.lance, name, drop_tags=settings.forget.drop_tags,
+                       delete_unverified=settings.forget.delete_unverified)
+        for name in tables
+    ]  # fmt: skip
+    marks["purge"] = time.perf_counter()
+    verification = _verify(stores, settings, target, record_ids, request_id)
+    marks["verify"] = time.perf_counter()
+    names, stamps = list(marks), [t0, *marks.values()]
+    seconds = {n: round(stamps[i + 1] - stamps[i], 3) for i, n in enumerate(names)}
+    receipt_id = f"rcpt_{uuid.uuid4().hex[:20]}"
+    target_hash = fstore.subject_hash(target.tenant_id, target.name)
+    receipt = {
+        "receipt_id": receipt_id,
+        "kind": f"forget_{target.kind}",
+        "target_hash": target_hash,
+        "tenant_id": target.tenant_id,
+        "request_id": request_id,
+        "at": ctx.now.isoformat(),
+        "run_id": ctx.run_id,
+        "lance_rows_deleted": lance_deleted,
+        "derived": derived.counts(),
+        "derived_changed": [{k: v for k, v in c.items() if k != "reason"} for c in derived.changes],
+        "control_plane_rows": control,
+        "clusters": {"recomputed": len(updates), "dropped": len(dropped)},
+        "access_log_lines": log_lines,
+        "versions_purged": {p.table: p.versions_purged for p in purged},
+        "fragments_rewritten": {p.table: p.fragments_rewritten for p in purged},
+        "tags_dropped": {p.table: p.tags_dropped for p in purged if p.tags_dropped},
+        "unverified_files": "deleted" if settings.forget.delete_unverified else "kept (<7 days)",
+        "unclassified_tables": unclassified,
+        "verification": verification,
+        "seconds": seconds,
+        "duration_s": round(time.perf_counter() - t0, 3),
+    }
+    with stores.meta.transaction() as con:
+        store_receipt(con, receipt_id=receipt_id, kind=receipt["kind"], at=ctx.now,
+                      run_id=ctx.run_id, body=receipt)  # fmt: skip
+        record_audit(
+            con, at=ctx.now, action=receipt["kind"], run_id=ctx.run_id, actor=ctx.actor,
+            target=target_hash, tenant_id=target.tenant_id,
+            counts={"lance_rows": sum(lance_deleted.values()), **control},
+            detail={"receipt_id": receipt_id, "verified": verification["verified"]},
+        )  # fmt: skip
+        if request_id is not None:
+            fstore.finish_request(
+                con, request_id, status="done" if verification["verified"] else "unverified",
+                done_at=ctx.now, receipt_id=receipt_id, target=target_hash,
+            )  # fmt: skip
+    logger.info(
+        "forget %s run=%s rows=%d verified=%s in %.2fs", target.kind, ctx.run_id,
+        sum(lance_deleted.values()), verification["verified"], receipt["duration_s"],
+    )  # fmt: skip
+    return receipt

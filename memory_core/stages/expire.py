@@ -1,0 +1,319 @@
+"""Expiry: TTL, explicit ``expires_at``, purpose limits, decay and per-subject caps.
+
+Rules, per Lance table (memory class) and namespace (``ForgetConfig.policy``), on current rows
+(``recorded_to IS NULL``):
+
+* an ``active`` row whose ``expires_at`` has passed, whose age (valid time: ``occurred_at``
+  for episodes, ``valid_from`` for facts and procedures, ``last_at`` for digests) exceeds the
+  TTL, whose purpose was ended (``memctl forget --purpose``) or outlived
+  ``purpose_ttl_days``, whose decay score fell below ``decay_floor``, or which ranks below
+  ``max_per_subject`` for its subject, becomes ``expired`` at once (not served any more);
+  ``expires_at`` is set to the run's clock unless it already says an earlier moment;
+* an ``expired`` row is hard-deleted once ``expires_at`` is ``grace_days`` old; an active row
+  already past TTL + grace is deleted directly (no pointless rewrite first);
+* a hard delete reaches DuckDB too (memberships, access stats, cached vectors of its text);
+  lineage edges stay, so promoted knowledge keeps naming the evidence it rests on.
+
+Everything depends only on the stored rows and the clock (``--now``): a rerun with the same
+clock finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from memory_core.config import MemoryClass, Settings
+from memory_core.context import RunContext
+from memory_core.embed import text_hash
+from memory_core.models import Episode
+from memory_core.stages.compact import lance_ts
+from memory_core.stores import Stores
+from memory_core.stores import forgetting as fstore
+from memory_core.stores.lance import sql_quote
+from memory_core.stores.schemas import ID_COLUMN, TABLES
+
+__all__ = [
+    "CLASS_OF",
+    "Deleted",
+    "ExpireResult",
+    "access_log_dir",
+    "delete_records",
+    "delete_where",
+    "expire_records",
+    "fold_access_log",
+    "text_hashes_of",
+]
+
+logger = logging.getLogger(__name__)
+
+CLASS_OF: dict[str, MemoryClass] = {
+    "episodes": "episodic",
+    "facts": "semantic",
+    "procedures": "procedural",
+    "digests": "digest",
+}
+BASIS = {"episodes": "occurred_at", "facts": "valid_from", "procedures": "valid_from",
+         "digests": "last_at"}  # fmt: skip
+_TEXT_COLUMNS = ["episode_id", "goal", "actions", "conditions", "text", "feedback"]
+_IN_CHUNK = 2000
+
+
+@dataclass
+class ExpireResult:
+    expired: dict[str, int] = field(default_factory=dict)
+    deleted: dict[str, int] = field(default_factory=dict)
+    control_plane: dict[str, int] = field(default_factory=dict)
+    changed_tables: set[str] = field(default_factory=set)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "expired": dict(sorted(self.expired.items())),
+            "deleted": dict(sorted(self.deleted.items())),
+            "control_plane": dict(sorted(self.control_plane.items())),
+        }
+
+
+@dataclass
+class Deleted:
+    ids: list[str]
+    text_hashes: list[str]
+    control_plane: dict[str, int]
+
+
+def text_hashes_of(name: str, rows: pa.Table) -> list[str]:
+    """Embedding-cache keys of rows, recomputed exactly as ingest computed them."""
+    if rows.num_rows == 0:
+        return []
+    if name != "episodes":
+        return [text_hash(t) for t in rows.column("text").to_pylist() if t]
+    out = []
+    for row in rows.select(_TEXT_COLUMNS).to_pylist():
+        conditions = json.loads(row["conditions"]) if row["conditions"] else {}
+        episode = Episode.model_construct(**{**row, "conditions": conditions})
+        out.append(text_hash(episode.embedding_text()))
+    return out
+
+
+def _in_list(column: str, ids: list[str]) -> str:
+    return f"{column} IN ({', '.join(sql_quote(i) for i in ids)})"
+
+
+def delete_where(stores: Stores, name: str, where: str, *, ctx: RunContext) -> Deleted:
+    """Hard-delete matching rows of one table (one Lance commit) and their DuckDB traces."""
+    cache = _cache_in_use(stores)  # else the texts are not even read: nothing to key
+    texts = (_TEXT_COLUMNS[1:] if name == "episodes" else ["text"]) if cache else []
+    rows = stores.lance.scan(name, where=where, columns=[ID_COLUMN[name], *texts])
+    if rows.num_rows == 0:
+        return Deleted([], [], {})
+    ids = rows.column(ID_COLUMN[name]).to_pylist()
+    hashes = text_hashes_of(name, rows) if cache else []
+    # DuckDB first: if the Lance delete then fails, a rerun finds the rows again and converges.
+    with stores.meta.transaction() as con:
+        counts = fstore.purge_record_rows(con, record_ids=ids, text_hashes=hashes)
+    stores.lance.delete(name, where)
+    logger.debug("deleted %d rows of %s run=%s", len(ids), name, ctx.run_id)
+    return Deleted(ids, hashes, counts)
+
+
+def delete_records(stores: Stores, name: str, ids: list[str], *, ctx: RunContext) -> Deleted:
+    """Hard-delete rows by id (chunked filters, so one commit per chunk)."""
+    total = Deleted([], [], {})
+    unique = sorted(set(ids))
+    for start in range(0, len(unique), _IN_CHUNK):
+        part = delete_where(
+            stores, name, _in_list(ID_COLUMN[name], unique[start : start + _IN_CHUNK]), ctx=ctx
+        )
+        total.ids += part.ids
+        total.text_hashes += part.text_hashes
+        for key, value in part.control_plane.items():
+            total.control_plane[key] = total.control_plane.get(key, 0) + value
+    return total
+
+
+def _cache_in_use(stores: Stores) -> bool:
+    with stores.meta.connect() as con:
+        row = con.execute("SELECT count(*) > 0 FROM embedding_cache").fetchone()
+    return bool(row and row[0])
+
+
+def _update(stores: Stores, name: str, where: str, values: dict[str, Any]) -> int:
+    count = stores.lance.count(name, where)
+    if count:
+        stores.lance.update(name, where, values)
+    return count
+
+
+def _purpose_clauses(settings: Settings, ended: list[tuple[str, str | None]], basis: str,
+                     now: datetime) -> list[str]:  # fmt: skip
+    clauses = []
+    for purpose, tenant in ended:
+        scope = f" AND tenant_id = {sql_quote(tenant)}" if tenant else ""
+        clauses.append(f"(purpose = {sql_quote(purpose)}{scope})")
+    for purpose, days in sorted(settings.forget.purpose_ttl_days.items()):
+        cutoff = lance_ts(now - timedelta(days=days))
+        clauses.append(f"(purpose = {sql_quote(purpose)} AND {basis} < {cutoff})")
+    return clauses
+
+
+def expire_records(stores: Stores, settings: Settings, ctx: RunContext) -> ExpireResult:
+    """Apply every expiry rule to every table; see the module docstring."""
+    result = ExpireResult()
+    existing = set(stores.lance.table_names())
+    now = ctx.now
+    ended = fstore.ended_purposes(stores.meta)
+    for name in TABLES:
+        if name not in existing:
+            continue
+        basis = BASIS[name]
+        spaces = stores.lance.scan(name, columns=["namespace"], where="recorded_to IS NULL")
+        purpose = _purpose_clauses(settings, ended, basis, now)
+        for ns in sorted(set(spaces.column("namespace").to_pylist())):
+            policy = settings.forget.policy(ns, CLASS_OF[name])
+            grace = timedelta(days=policy.grace_days or 0.0)
+            scope = f"recorded_to IS NULL AND namespace = {sql_quote(ns)}"
+            # 1. hard delete: expired past grace, or active already past TTL + grace
+            gone = [f"(status = 'expired' AND expires_at <= {lance_ts(now - grace)})",
+                    f"(status = 'active' AND expires_at <= {lance_ts(now - grace)})"]  # fmt: skip
+            if policy.ttl_days is not None:
+                cutoff = lance_ts(now - timedelta(days=policy.ttl_days) - grace)
+                gone.append(f"(status = 'active' AND {basis} < {cutoff})")
+            deleted = delete_where(stores, name, f"{scope} AND ({' OR '.join(gone)})", ctx=ctx)
+            _add(result.deleted, name, len(deleted.ids))
+            for key, value in deleted.control_plane.items():
+                _add(result.control_plane, key, value)
+            # 2. expire at once, keeping an earlier own expires_at
+            own = _update(
+                stores, name, f"{scope} AND status = 'active' AND expires_at <= {lance_ts(now)}",
+                {"status": "expired"},
+            )  # fmt: skip
+            rules = list(purpose)
+            if policy.ttl_days is not None:
+                cutoff = lance_ts(now - timedelta(days=policy.ttl_days))
+                rules.append(f"{basis} < {cutoff}")
+            ttl = 0
+            if rules:
+                where = f"{scope} AND status = 'active' AND ({' OR '.join(rules)})"
+                ttl = _update(stores, name, where, {"status": "expired", "expires_at": now})
+            decayed = _decay(stores, settings, name, ns, scope, now, policy)
+            _add(result.expired, name, own + ttl + decayed)
+            if deleted.ids or own or ttl or decayed:
+                result.changed_tables.add(name)
+    return result
+
+
+def _decay(stores: Stores, settings: Settings, name: str, ns: str, scope: str, now: datetime,
+           policy: Any) -> int:  # fmt: skip
+    if policy.decay_floor is None and policy.max_per_subject is None:
+        return 0
+    id_col = ID_COLUMN[name]
+    rows = stores.lance.scan(
+        name,
+        where=f"{scope} AND status = 'active'",
+        columns=[id_col, "tenant_id", "subject_id", "importance", BASIS[name]],
+    )
+    rows = rows.rename_columns(["id", "tenant_id", "subject_id", "importance", "basis"])
+    victims = fstore.decay_victims(
+        stores.meta, rows, table_name=name, now=now,
+        half_life_days=settings.forget.decay_half_life_days,
+        default_importance=settings.forget.default_importance,
+        floor=policy.decay_floor, cap=policy.max_per_subject,
+    )  # fmt: skip
+    for start in range(0, len(victims), _IN_CHUNK):
+        where = _in_list(id_col, victims[start : start + _IN_CHUNK])
+        stores.lance.update(name, where, {"status": "expired", "expires_at": now})
+    return len(victims)
+
+
+def _add(counts: dict[str, int], key: str, value: int) -> None:
+    if value:
+        counts[key] = counts.get(key, 0) + value
+
+
+# -- access log ------------------------------------------------------------------------------
+
+
+def access_log_dir(settings: Settings) -> Path:
+    """``<home>/access_log``: JSON-lines files the read path appends to, one read per line."""
+    return settings.home / "access_log"
+
+
+_READ_SCHEMA = pa.schema(
+    [
+        ("record_id", pa.string()),
+        ("table", pa.string()),
+        ("tenant_id", pa.string()),
+        ("subject_id", pa.string()),
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def _parse_reads(path: Path) -> tuple[list[dict[str, Any]], int]:
+    reads, bad = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            at = datetime.fromisoformat(str(item["at"]).replace("Z", "+00:00"))
+            reads.append(
+                {
+                    "record_id": str(item["record_id"]),
+                    "table": item.get("table"),
+                    "tenant_id": item.get("tenant_id"),
+                    "subject_id": item.get("subject_id"),
+                    "at": at if at.tzinfo else at.replace(tzinfo=UTC),
+                }
+            )
+        except (ValueError, KeyError, TypeError):
+            bad += 1
+    return reads, bad
+
+
+def fold_access_log(stores: Stores, settings: Settings, ctx: RunContext) -> dict[str, int]:
+    """Fold the read path's access-log files into ``access_stats`` (hits, last access).
+
+    Only files untouched for ``access_log_min_age_s`` are taken (the read path may still be
+    appending to the newest). A file's name and content hash are recorded in the same DuckDB
+    transaction as its counts, so a crash before the file is moved away never counts it twice.
+    """
+    folder = access_log_dir(settings)
+    out = {"files": 0, "reads": 0, "bad_lines": 0}
+    if not folder.is_dir():
+        return out
+    wall = time.time()
+    files = sorted(
+        p for p in folder.glob("*.jsonl")
+        if wall - p.stat().st_mtime >= settings.forget.access_log_min_age_s
+    )  # fmt: skip
+    keyed = {f"{p.name}:{hashlib.sha256(p.read_bytes()).hexdigest()[:24]}": p for p in files}
+    done = fstore.folded_files(stores.meta, list(keyed))
+    reads: list[dict[str, Any]] = []
+    fresh = []
+    for key, path in sorted(keyed.items()):
+        if key in done:
+            continue
+        items, bad = _parse_reads(path)
+        reads += items
+        out["bad_lines"] += bad
+        fresh.append(key)
+    if fresh:
+        table = pa.Table.from_pylist(reads, schema=_READ_SCHEMA)
+        fstore.fold_access_rows(stores.meta, table, file_keys=fresh, run_id=ctx.run_id, now=ctx.now)
+    for key, path in keyed.items():
+        if settings.forget.keep_folded_access_logs:
+            (folder / "folded").mkdir(exist_ok=True)
+            path.replace(folder / "folded" / f"{path.stem}-{key.rsplit(':', 1)[1][:12]}.jsonl")
+        else:
+            path.unlink(missing_ok=True)
+    out["files"], out["reads"] = len(fresh), len(reads)
+    return out

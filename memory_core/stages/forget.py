@@ -1,0 +1,222 @@
+"""Forgetting (invariant 7): the public entry points the CLI and the flows call.
+
+* ``run_forgetting`` -- the nightly pass and ``memctl expire``: fold the access log into
+  access statistics, compact clustered episodes past retention into digests, expire by TTL /
+  ``expires_at`` / purpose / decay / cap, hard-delete past the grace period, then maintain the
+  Lance tables that changed (compaction, version pruning, index refresh).
+* ``end_purpose`` -- ``memctl forget --purpose P``: records stored for P stop being served
+  now and follow the grace period to deletion; later rows with P expire on the next pass.
+* ``forget_subject`` / ``forget_episode`` -- user deletion with version purge, verification
+  and a receipt (``delete_subject.py``); ``request_deletion`` queues one for the
+  ``deletion-requests`` flow, which calls ``process_deletion_requests``.
+* ``revoke_source`` -- revocation through lineage (``revoke.py``).
+
+Modules: ``expire.py`` (rules, access log), ``compact.py`` (digests), ``revoke.py`` (lineage
+walk and policy re-checks), ``delete_subject.py`` (user deletion), ``maintain.py`` (Lance).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.context import RunContext
+from memory_core.embed import Embedder
+from memory_core.errors import NotFound
+from memory_core.stages.compact import compact_episodes
+from memory_core.stages.delete_subject import Target, forget
+from memory_core.stages.expire import expire_records, fold_access_log
+from memory_core.stages.maintain import maintain_tables
+from memory_core.stages.revoke import revoke_source
+from memory_core.stores import Stores
+from memory_core.stores import forgetting as fstore
+from memory_core.stores.audit import record_audit, store_receipt
+from memory_core.stores.lance import sql_quote
+from memory_core.stores.schemas import TABLES
+
+__all__ = [
+    "end_purpose",
+    "forget_episode",
+    "forget_subject",
+    "process_deletion_requests",
+    "request_deletion",
+    "revoke_source",
+    "run_forgetting",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _store(stores: Stores, ctx: RunContext, kind: str, body: dict[str, Any], target: str | None,
+           tenant_id: str | None = None) -> None:  # fmt: skip
+    with stores.meta.transaction() as con:
+        store_receipt(con, receipt_id=body["receipt_id"], kind=kind, at=ctx.now,
+                      run_id=ctx.run_id, body=body)  # fmt: skip
+        record_audit(con, at=ctx.now, action=kind, run_id=ctx.run_id, actor=ctx.actor,
+                     target=target, tenant_id=tenant_id,
+                     detail={"receipt_id": body["receipt_id"]})  # fmt: skip
+
+
+def run_forgetting(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    *,
+    embedder: Embedder | None = None,
+    maintain: bool = True,
+) -> dict[str, Any]:
+    """One forgetting pass at ``ctx.now``; returns (and stores) its receipt."""
+    t0 = time.perf_counter()
+    folded = fold_access_log(stores, settings, ctx)
+    t1 = time.perf_counter()
+    compacted = compact_episodes(stores, settings, ctx, embedder=embedder)
+    t2 = time.perf_counter()
+    expired = expire_records(stores, settings, ctx)
+    t3 = time.perf_counter()
+    changed = set(expired.changed_tables)
+    if compacted.digests or compacted.deleted_ids:
+        changed |= {"episodes", "digests"}
+    maintenance = maintain_tables(stores, settings, sorted(changed)) if maintain else []
+    t4 = time.perf_counter()
+    receipt = {
+        "receipt_id": f"rcpt_{uuid.uuid4().hex[:20]}",
+        "kind": "expire",
+        "at": ctx.now.isoformat(),
+        "run_id": ctx.run_id,
+        "access_log": folded,
+        "compaction": compacted.as_dict(),
+        **expired.as_dict(),
+        "maintenance": maintenance,
+        "seconds": {
+            "access_log": round(t1 - t0, 3),
+            "compaction": round(t2 - t1, 3),
+            "expiry": round(t3 - t2, 3),
+            "maintenance": round(t4 - t3, 3),
+        },
+        "duration_s": round(t4 - t0, 3),
+    }
+    _store(stores, ctx, "expire", receipt, None)
+    logger.info(
+        "forgetting run=%s expired=%s deleted=%s digests=%d", ctx.run_id, expired.expired,
+        expired.deleted, compacted.digests,
+    )  # fmt: skip
+    return receipt
+
+
+def end_purpose(
+    stores: Stores, settings: Settings, ctx: RunContext, purpose: str, *, tenant_id: str | None
+) -> dict[str, Any]:
+    """End a purpose: its records stop being served now and are deleted after the grace."""
+    t0 = time.perf_counter()
+    request_id = fstore.enqueue_request(
+        stores.meta, kind="purpose", target=purpose, tenant_id=tenant_id, now=ctx.now
+    )
+    expired: dict[str, int] = {}
+    existing = set(stores.lance.table_names())
+    where = f"status = 'active' AND recorded_to IS NULL AND purpose = {sql_quote(purpose)}"
+    if tenant_id is not None:
+        where += f" AND tenant_id = {sql_quote(tenant_id)}"
+    for name in TABLES:
+        if name not in existing:
+            continue
+        count = stores.lance.count(name, where)
+        if count:
+            stores.lance.update(name, where, {"status": "expired", "expires_at": ctx.now})
+            expired[name] = count
+    receipt = {
+        "receipt_id": f"rcpt_{uuid.uuid4().hex[:20]}",
+        "kind": "end_purpose",
+        "purpose": purpose,
+        "tenant_id": tenant_id,
+        "request_id": request_id,
+        "at": ctx.now.isoformat(),
+        "run_id": ctx.run_id,
+        "expired": expired,
+        "hard_delete_after_days": settings.forget.grace_days,
+        "duration_s": round(time.perf_counter() - t0, 3),
+    }
+    _store(stores, ctx, "end_purpose", receipt, purpose, tenant_id)
+    with stores.meta.transaction() as con:
+        fstore.finish_request(
+            con, request_id, status="done", done_at=ctx.now, receipt_id=receipt["receipt_id"]
+        )
+    return receipt
+
+
+def request_deletion(
+    stores: Stores, ctx: RunContext, *, kind: str, target: str, tenant_id: str | None = None
+) -> str:
+    """Queue a user deletion (kind ``subject`` or ``episode``) for the deletion-requests flow."""
+    if kind not in ("subject", "episode"):
+        msg = f"deletion kind must be subject or episode, not {kind!r}"
+        raise ValueError(msg)
+    return fstore.enqueue_request(
+        stores.meta, kind=kind, target=target, tenant_id=tenant_id, now=ctx.now
+    )
+
+
+def _target(request: fstore.DeletionRequest) -> Target:
+    if request.kind == "subject":
+        return Target(subject_id=request.target, tenant_id=request.tenant_id)
+    return Target(episode_id=request.target, tenant_id=request.tenant_id)
+
+
+def process_deletion_requests(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    *,
+    embedder: Embedder | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Carry out queued user deletions, oldest first; one receipt each."""
+    receipts = []
+    for request in fstore.pending_requests(stores.meta, limit=limit):
+        if request.kind not in ("subject", "episode"):
+            continue
+        receipts.append(
+            forget(stores, settings, ctx, _target(request), embedder=embedder,
+                   request_id=request.request_id)
+        )  # fmt: skip
+    return receipts
+
+
+def forget_subject(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    subject_id: str,
+    *,
+    tenant_id: str | None = None,
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """Delete a subject everywhere now (queued and carried out at once); the receipt."""
+    request_id = request_deletion(
+        stores, ctx, kind="subject", target=subject_id, tenant_id=tenant_id
+    )
+    target = Target(subject_id=subject_id, tenant_id=tenant_id)
+    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id)
+
+
+def forget_episode(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    episode_id: str,
+    *,
+    tenant_id: str | None = None,
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """Delete one episode everywhere (and take it out of what was derived from it)."""
+    where = f"episode_id = {sql_quote(episode_id)}"
+    if "episodes" not in stores.lance.table_names() or not stores.lance.count("episodes", where):
+        what = "episode"
+        raise NotFound(what, episode_id, "list episodes with `memctl status`")
+    request_id = request_deletion(
+        stores, ctx, kind="episode", target=episode_id, tenant_id=tenant_id
+    )
+    target = Target(episode_id=episode_id, tenant_id=tenant_id)
+    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id)

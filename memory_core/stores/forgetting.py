@@ -1,0 +1,440 @@
+"""DuckDB side of forgetting: deletion requests, receipts, access statistics, subject purge.
+
+Why a registry of tables: a deletion is only complete if it reaches every table that can hold
+a subject's content. ``SUBJECT_TABLES`` says, for every DuckDB table, which columns identify a
+subject's content and what deletion does there; ``unclassified_tables`` compares it with
+``information_schema`` so a table added by a later migration fails a test (and is reported in
+every deletion receipt) instead of being forgotten silently. Verification does not trust the
+registry: ``find_needles`` scans every text column of every table.
+
+Deletion requests name the subject in clear only while they are queued; when a request is
+done its target is replaced by a hash, so the queue itself does not keep what was forgotten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import duckdb
+import pyarrow as pa
+
+from memory_core.models import stable_id
+from memory_core.stores.access_stats import (
+    access_stats,
+    decay_victims,
+    fold_access_rows,
+    folded_files,
+)
+from memory_core.stores.derived import (
+    candidates_citing,
+    clusters_of_members,
+    remaining_members,
+    rewrite_candidates,
+    save_cluster_changes,
+    sources_of_many,
+    subject_candidates,
+    subject_sources,
+)
+from memory_core.stores.meta import MetaStore
+
+__all__ = [
+    "SUBJECT_TABLES",
+    "DeletionRequest",
+    "TableRule",
+    "access_stats",
+    "candidates_citing",
+    "clusters_of_members",
+    "decay_victims",
+    "ended_purposes",
+    "enqueue_request",
+    "find_needles",
+    "finish_request",
+    "fold_access_rows",
+    "folded_files",
+    "get_request",
+    "pending_requests",
+    "purge_record_rows",
+    "purge_subject_rows",
+    "remaining_members",
+    "rewrite_candidates",
+    "save_cluster_changes",
+    "sources_of_many",
+    "subject_candidates",
+    "subject_hash",
+    "subject_sources",
+    "unclassified_tables",
+]
+
+Action = Literal["delete", "rewrite", "scrub", "hash", "none"]
+
+
+@dataclass(frozen=True)
+class TableRule:
+    """How user deletion treats one DuckDB table, and why."""
+
+    action: Action
+    columns: tuple[str, ...]
+    why: str
+
+
+SUBJECT_TABLES: dict[str, TableRule] = {
+    "schema_version": TableRule("none", (), "migration bookkeeping"),
+    "runs": TableRule("none", (), "run parameters and counts, never content"),
+    "stage_ledger": TableRule("none", (), "partition keys, input hashes and counts"),
+    "watermarks": TableRule("none", (), "per-partition transaction times"),
+    "llm_batches": TableRule("none", (), "candidate ids and content hashes of requests"),
+    "llm_ledger": TableRule("none", (), "tokens and cost"),
+    "review_batches": TableRule("none", (), "batch scope and counts"),
+    "receipts": TableRule("scrub", ("body",), "ids (e.g. a revoked episode) -> [forgotten]"),
+    "lineage": TableRule(
+        "delete", ("subject_id", "source_id", "derived_id"), "edges from/to the subject's records"
+    ),
+    "quarantine": TableRule(
+        "delete", ("subject_id", "episode_id", "raw"), "rejected input lines of the subject"
+    ),
+    "embedding_cache": TableRule(
+        "delete", ("content_hash",), "vectors of the subject's texts, keyed by text hash"
+    ),
+    "cluster_members": TableRule("delete", ("subject_id", "episode_id"), "memberships"),
+    "clusters": TableRule(
+        "rewrite", ("centroid", "label", "size"), "centroid/label recomputed without the subject"
+    ),
+    "candidates": TableRule(
+        "rewrite", ("subject_id", "body"), "subject scope deleted; tenant scope re-checked"
+    ),
+    "candidate_evidence": TableRule("delete", ("subject_id", "episode_id"), "evidence rows"),
+    "review_items": TableRule("delete", ("candidate_id", "edits"), "decisions on its candidates"),
+    "score_cache": TableRule("delete", ("candidate_id", "body"), "LLM answers quoting evidence"),
+    "access_stats": TableRule("delete", ("subject_id", "record_id"), "reads of its records"),
+    "audit_log": TableRule("scrub", ("target", "detail"), "ids replaced by [forgotten]"),
+    "deletion_requests": TableRule("hash", ("target",), "target replaced by its hash when done"),
+}
+
+FORGOTTEN = "[forgotten]"
+
+
+def subject_hash(tenant_id: str | None, subject_id: str) -> str:
+    """Stable, non-reversible-by-lookup name of a forgotten subject for receipts."""
+    return "sha256:" + hashlib.sha256(f"{tenant_id or '*'}\x1f{subject_id}".encode()).hexdigest()
+
+
+def unclassified_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """DuckDB tables that ``SUBJECT_TABLES`` does not classify (a new migration's tables)."""
+    names = [r[0] for r in con.execute(_TABLES_SQL).fetchall()]
+    return sorted(n for n in names if n not in SUBJECT_TABLES)
+
+
+_TABLES_SQL = (
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+    "AND table_type = 'BASE TABLE' ORDER BY 1"
+)
+
+
+# -- deletion requests ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletionRequest:
+    request_id: str
+    kind: str  # subject | episode | purpose
+    target: str
+    tenant_id: str | None
+    requested_at: datetime
+    status: str
+    receipt_id: str | None = None
+
+
+def enqueue_request(
+    meta: MetaStore, *, kind: str, target: str, tenant_id: str | None, now: datetime
+) -> str:
+    """Queue a deletion; the same (kind, target, tenant) still pending is not queued twice."""
+    with meta.transaction() as con:
+        row = con.execute(
+            "SELECT request_id FROM deletion_requests WHERE kind = ? AND target = ? "
+            "AND tenant_id IS NOT DISTINCT FROM ? AND status = 'pending'",
+            [kind, target, tenant_id],
+        ).fetchone()
+        if row is not None:
+            return str(row[0])
+        request_id = stable_id("del", kind, target, tenant_id, now.isoformat())
+        con.execute(
+            "INSERT INTO deletion_requests VALUES (?, ?, ?, ?, ?, 'pending', NULL, NULL) "
+            "ON CONFLICT DO NOTHING",
+            [request_id, kind, target, tenant_id, now],
+        )
+    return request_id
+
+
+def _request(row: tuple[Any, ...]) -> DeletionRequest:
+    return DeletionRequest(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+
+
+_REQUEST_COLUMNS = "request_id, kind, target, tenant_id, requested_at, status, receipt_id"
+
+
+def pending_requests(meta: MetaStore, *, limit: int = 100) -> list[DeletionRequest]:
+    with meta.connect() as con:
+        rows = con.execute(
+            f"SELECT {_REQUEST_COLUMNS} FROM deletion_requests WHERE status = 'pending' "
+            "ORDER BY requested_at, request_id LIMIT ?",
+            [limit],
+        ).fetchall()
+    return [_request(r) for r in rows]
+
+
+def get_request(meta: MetaStore, request_id: str) -> DeletionRequest | None:
+    with meta.connect() as con:
+        row = con.execute(
+            f"SELECT {_REQUEST_COLUMNS} FROM deletion_requests WHERE request_id = ?", [request_id]
+        ).fetchone()
+    return _request(row) if row else None
+
+
+def finish_request(
+    con: duckdb.DuckDBPyConnection,
+    request_id: str,
+    *,
+    status: str,
+    done_at: datetime,
+    receipt_id: str | None,
+    target: str | None = None,
+) -> None:
+    """Close a request (inside the caller's transaction); ``target`` replaces the clear one."""
+    con.execute(
+        "UPDATE deletion_requests SET status = ?, done_at = ?, receipt_id = ?, "
+        "target = coalesce(?, target) WHERE request_id = ?",
+        [status, done_at, receipt_id, target, request_id],
+    )
+
+
+def ended_purposes(meta: MetaStore) -> list[tuple[str, str | None]]:
+    """(purpose, tenant or None for every tenant) of every purpose someone ended."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT DISTINCT target, tenant_id FROM deletion_requests "
+            "WHERE kind = 'purpose' AND status = 'done' ORDER BY 1, 2"
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+# -- purge and verification --------------------------------------------------------------------
+
+
+def _tenant_clause(tenant_id: str | None) -> tuple[str, list[Any]]:
+    return ("AND tenant_id = ?", [tenant_id]) if tenant_id is not None else ("", [])
+
+
+def purge_subject_rows(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    subject_id: str | None,
+    tenant_id: str | None,
+    record_ids: list[str],
+    text_hashes: list[str],
+    candidate_ids: list[str],
+) -> dict[str, int]:
+    """Delete/scrub the subject's rows in every classified table (caller's transaction).
+
+    ``record_ids``: the subject's Lance records (episodes, facts, procedures, digests) and
+    deleted derived records; ``candidate_ids``: candidates deleted outright (subject scope);
+    ``text_hashes``: embedding-cache keys recomputed from the deleted rows' texts.
+    """
+    ids = sorted(set(record_ids))
+    cands = sorted(set(candidate_ids))
+    tenant, tparams = _tenant_clause(tenant_id)
+    # episode mode has no subject: a NUL id matches no row, so the subject clauses are inert
+    subject_id = subject_id if subject_id is not None else "\x00"
+    counts: dict[str, int] = {}
+
+    def run(table: str, sql: str, params: list[Any]) -> None:
+        before = _count(con, table)
+        con.execute(sql, params)
+        counts[table] = counts.get(table, 0) + before - _count(con, table)
+
+    run(
+        "lineage",
+        f"DELETE FROM lineage WHERE (subject_id = ? {tenant}) OR list_contains(?, source_id) "
+        "OR list_contains(?, derived_id)",
+        [subject_id, *tparams, ids, ids],
+    )
+    quoted = json.dumps(subject_id)
+    run(
+        "quarantine",
+        f"DELETE FROM quarantine WHERE ((subject_id = ? OR contains(raw, ?)) {tenant}) "
+        "OR list_contains(?, episode_id)",
+        [subject_id, quoted, *tparams, ids],
+    )
+    run(
+        "embedding_cache",
+        "DELETE FROM embedding_cache WHERE list_contains(?, content_hash)",
+        [sorted(set(text_hashes))],
+    )
+    run(
+        "cluster_members",
+        f"DELETE FROM cluster_members WHERE (subject_id = ? {tenant}) "
+        "OR list_contains(?, episode_id)",
+        [subject_id, *tparams, ids],
+    )
+    in_tenant = (
+        "AND candidate_id IN (SELECT candidate_id FROM candidates WHERE tenant_id = ?)"
+        if tenant_id is not None
+        else ""
+    )
+    run(
+        "candidate_evidence",
+        f"DELETE FROM candidate_evidence WHERE (subject_id = ? {in_tenant}) "
+        "OR list_contains(?, episode_id) OR list_contains(?, candidate_id)",
+        [subject_id, *tparams, ids, cands],
+    )
+    run(
+        "candidates",
+        f"DELETE FROM candidates WHERE (subject_id = ? {tenant}) OR list_contains(?, candidate_id)",
+        [subject_id, *tparams, cands],
+    )
+    run("review_items", "DELETE FROM review_items WHERE list_contains(?, candidate_id)", [cands])
+    run("score_cache", "DELETE FROM score_cache WHERE list_contains(?, candidate_id)", [cands])
+    run(
+        "access_stats",
+        f"DELETE FROM access_stats WHERE (subject_id = ? {tenant}) OR list_contains(?, record_id)",
+        [subject_id, *tparams, ids],
+    )
+    counts["audit_log+receipts scrubbed"] = _scrub_audit(con, [subject_id, *ids], tenant_id)
+    for table in [t for t, n in counts.items() if not n]:
+        del counts[table]
+    return counts
+
+
+def purge_record_rows(
+    con: duckdb.DuckDBPyConnection, *, record_ids: list[str], text_hashes: list[str]
+) -> dict[str, int]:
+    """Hard delete of expired/compacted records: memberships, access stats, cached vectors.
+
+    Lineage edges stay: a promoted fact keeps naming the (now deleted) episodes it rests on.
+    """
+    # Registered Arrow keys and a semi-join: a nightly hard delete can name 100k ids, where
+    # list_contains would compare every row with every id.
+    con.register("_gone_ids", pa.table({"k": pa.array(sorted(set(record_ids)), pa.string())}))
+    con.register("_gone_hashes", pa.table({"k": pa.array(sorted(set(text_hashes)), pa.string())}))
+    counts = {}
+    try:
+        for table, column, keys in (
+            ("cluster_members", "episode_id", "_gone_ids"),
+            ("access_stats", "record_id", "_gone_ids"),
+            ("embedding_cache", "content_hash", "_gone_hashes"),
+        ):
+            before = _count(con, table)
+            if before:
+                con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT k FROM {keys})")
+                counts[table] = before - _count(con, table)
+    finally:
+        con.unregister("_gone_ids")
+        con.unregister("_gone_hashes")
+    return {k: v for k, v in counts.items() if v}
+
+
+def _count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    row = con.execute(f"SELECT count(*) FROM {table}").fetchall()
+    return int(row[0][0]) if row else 0
+
+
+def _scrub_audit(con: duckdb.DuckDBPyConnection, needles: list[str], tenant_id: str | None) -> int:
+    """Replace the ids in audit targets/details and receipt bodies; events and counts stay."""
+    changed = 0
+    for table, target_col, json_col, tenant_col in (
+        ("audit_log", "target", "detail", True),
+        ("receipts", None, "body", False),
+    ):
+        tenant, tparams = (
+            ("AND (tenant_id = ? OR tenant_id IS NULL)", [tenant_id])
+            if tenant_id and tenant_col
+            else ("", [])
+        )
+        for needle in sorted(set(needles)):
+            quoted = json.dumps(needle)
+            match = f"contains({json_col}::VARCHAR, ?)"
+            params: list[Any] = [quoted]
+            if target_col:
+                match = f"({target_col} = ? OR {match})"
+                params = [needle, quoted]
+            row = con.execute(
+                f"SELECT count(*) FROM {table} WHERE {match} {tenant}", [*params, *tparams]
+            ).fetchone()
+            if not row or not row[0]:
+                continue
+            changed += int(row[0])
+            sets = f"{json_col} = replace({json_col}::VARCHAR, ?, ?)::JSON"
+            set_params: list[Any] = [quoted, json.dumps(FORGOTTEN)]
+            if target_col:
+                sets = (
+                    f"{target_col} = CASE WHEN {target_col} = ? THEN ? ELSE {target_col} END, "
+                    + sets
+                )
+                set_params = [needle, FORGOTTEN, *set_params]
+            con.execute(
+                f"UPDATE {table} SET {sets} WHERE {match} {tenant}",
+                [*set_params, *params, *tparams],
+            )
+    return changed
+
+
+def find_needles(
+    meta: MetaStore,
+    needles: list[str],
+    *,
+    tenant_id: str | None,
+    exclude_request: str | None = None,
+) -> dict[str, int]:
+    """Rows of ANY DuckDB table whose text columns hold a needle: {table: rows}.
+
+    A VARCHAR/JSON value matches when it equals the needle or contains it JSON-quoted (ids
+    inside JSON documents). With ``tenant_id``, tables that have a tenant column only count
+    that tenant's rows (another tenant's subject of the same name is not this subject).
+    """
+    hits: dict[str, int] = {}
+    wanted = sorted({n for n in needles if n})
+    if not wanted:
+        return hits
+    table = pa.table(
+        {"needle": wanted, "quoted": [json.dumps(n) for n in wanted]},
+    )
+    with meta.connect() as con:
+        con.register("_needles", table)
+        columns = con.execute(
+            """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
+            FILTER (WHERE c.data_type IN ('VARCHAR', 'JSON')),
+            bool_or(c.column_name = 'tenant_id'), bool_or(c.column_name = 'candidate_id')
+            FROM information_schema.columns c JOIN information_schema.tables t
+            ON t.table_name = c.table_name AND t.table_schema = c.table_schema
+            WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE'
+            GROUP BY 1 ORDER BY 1"""
+        ).fetchall()
+        for name, cols, has_tenant, has_candidate in columns:
+            if not cols:
+                continue
+            match = " OR ".join(
+                f'n.needle = "{c}"::VARCHAR OR contains("{c}"::VARCHAR, n.quoted)' for c in cols
+            )
+            where = f"EXISTS (SELECT 1 FROM _needles n WHERE {match})"
+            params: list[Any] = []
+            if tenant_id is not None and has_tenant:
+                where += " AND (tenant_id = ? OR tenant_id IS NULL)"
+                params.append(tenant_id)
+            elif tenant_id is not None and has_candidate and name != "candidates":
+                # no tenant column: a row about another tenant's candidate is not this subject
+                where += (
+                    f' AND NOT EXISTS (SELECT 1 FROM candidates k WHERE k.candidate_id = "{name}"'
+                    ".candidate_id AND k.tenant_id <> ?)"
+                )
+                params.append(tenant_id)
+            if name == "deletion_requests" and exclude_request:
+                where += " AND request_id <> ?"
+                params.append(exclude_request)
+            row = con.execute(f'SELECT count(*) FROM "{name}" WHERE {where}', params).fetchall()
+            if row and row[0][0]:
+                hits[name] = int(row[0][0])
+        con.unregister("_needles")
+    return hits
