@@ -10,17 +10,22 @@ log); claims made by tools or agents are kept as observations with no authority,
 never become preferences (invariant 5).
 
 Streaming, in two phases, so memory stays bounded by the *validated* data (Arrow columns and
-one float32 vector array per chunk), not by the input text or Python objects:
+one float32 vector array per block), not by the input text or Python objects:
 
 1. validate: the file is read in blocks of ``CHUNK_BYTES`` (``ingest_records`` takes
-   ``CHUNK_LINES`` lines at a time); each is parsed, validated and gated by
+   ``CHUNK_LINES`` lines at a time); each is cut, parsed, validated and gated by
    ``ingest_fast.process_block`` / ``process_chunk`` and kept as Arrow columns plus one
    float32 vector array. Every bad line of the whole input is known before anything is
-   written.
+   written. The cyclic GC is paused meanwhile (``_gc_paused``).
 2. write: conflicts (within the input and against the store) and re-ingested episodes are
    resolved on the id/hash columns; new episodes without a vector are embedded (through the
    cache); all new rows go to Lance in a single ``merge_insert`` commit
    (``LanceStore.insert_new``), so readers see all of them or none.
+
+Throughput (bench/ingest.py, 100k episodes with 384-d vectors, 2 shared cores): ~20,000
+episodes/s and ~21,000 episodes per CPU-second, peak RSS ~0.9 GB (was ~5,000/s and 3.4 GB).
+Per episode, CPU: ~2 us reading, ~4 us cutting, ~11 us DuckDB vector parse, ~7 us pydantic,
+~6 us gate and hash, ~2 us Arrow columns, ~11 us the Lance ``merge_insert``.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ DuckDB vector parse ~11 us, pydantic ~7 us, gate and hash ~6 us, Arrow columns ~
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections import Counter
@@ -329,8 +330,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 def _record_id(raw: str) -> str | None:
     try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        value = json.loads(raw)  # not orjson: json takes NaN and huge ints, as it always did
+    except ValueError:
         return None
     rid = value.get("episode_id") if isinstance(value, dict) else None
     return redact_text(rid) if isinstance(rid, str) else None
