@@ -179,10 +179,17 @@ def demo(
 
 
 def _register_commands() -> None:
-    from memory_core.commands import forget, recall, review
+    """Every module in memory_core.commands with a ``register(app)`` adds its command group."""
+    import importlib
+    import pkgutil
 
-    for module in (review, forget, recall):
-        module.register(app)
+    import memory_core.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"memory_core.commands.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(app)
 
 
 _register_commands()
