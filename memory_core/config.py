@@ -196,6 +196,11 @@ class ForgetConfig(BaseModel):
         description="nightly maintenance builds a first vector index (recall.vector_index_*) "
         "only below this many rows; 0 = never",
     )
+    fts_index: bool = Field(
+        default=True,
+        description="nightly maintenance builds the read path's full-text index on a table "
+        "without one (digests are found by their words: see bench/compaction_locomo.py)",
+    )
     drop_tags: bool = Field(
         default=False, description="delete Lance tags that would keep forgotten rows; else refuse"
     )

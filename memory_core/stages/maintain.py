@@ -34,10 +34,23 @@ def maintain_tables(
             drop_tags=config.drop_tags,
             delete_unverified=config.delete_unverified,
         )
+        if config.fts_index:
+            stats.fts_index = _fts_index(stores, name)
         if vector_index and config.vector_index_max_build_rows:
             stats.vector_index = _vector_index(stores, settings, name)
         out.append(stats.as_dict())
     return out
+
+
+def _fts_index(stores: Stores, name: str) -> str:
+    """The read path's BM25 leg needs a full-text index: a digest is found by its sources'
+    words far better than by the mean of their vectors (LoCoMo: recall after compaction 0.85
+    with it, 0.73 without, bench/compaction_locomo.py). Built once; refreshed incrementally."""
+    try:
+        from memory_core.read.indexes import ensure_fts
+    except ImportError:  # the read path is optional for forgetting
+        return "unavailable"
+    return "built" if ensure_fts(stores.lance.table(name)) else "unchanged"
 
 
 def _vector_index(stores: Stores, settings: Settings, name: str) -> str:

@@ -53,6 +53,7 @@ class PurgeStats:
     tags_dropped: list[str] = field(default_factory=list)
     indices_optimized: bool = False
     vector_index: str = "unchanged"
+    fts_index: str = "unchanged"
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -64,6 +65,7 @@ class PurgeStats:
             "tags_dropped": self.tags_dropped,
             "indices_optimized": self.indices_optimized,
             "vector_index": self.vector_index,
+            "fts_index": self.fts_index,
             "seconds": round(self.seconds, 3),
         }
 

@@ -86,3 +86,14 @@ def test_revoking_a_folded_episode_removes_its_line(compacted, kit):
     result = revoke_source(mem.stores, mem.settings, RunContext(now=later), "bad0", reason="wrong")
     assert [c["kind"] for c in result.receipt["changed"]] == ["digest"]
     assert all("bad0" not in d["provenance"] for d in _digests(mem))
+
+
+def test_maintenance_gives_digests_a_full_text_index_that_finds_a_source(compacted):
+    mem, episodes, receipt, _ = compacted
+    digests_maintained = [m for m in receipt["maintenance"] if m["table"] == "digests"]
+    assert digests_maintained and digests_maintained[0]["fts_index"] == "built"
+    table = mem.stores.lance.table("digests")
+    assert any(ix.index_type in ("FTS", "INVERTED") for ix in table.list_indices())
+    word = episodes[0]["text"].split()[0]
+    hits = table.search(word, query_type="fts").limit(5).to_list()
+    assert hits and any(word in h["text"] for h in hits)
