@@ -183,6 +183,12 @@ class ForgetConfig(BaseModel):
         default=True, description="fold clustered episodes past TTL into digests"
     )
     digest_max_sources: int = Field(default=8, ge=2, description="episodes per digest")
+    digest_summary: Literal["template", "llm"] = Field(
+        default="template",
+        description="llm: Claude adds a summary to each digest's header (Batches API; "
+        "needs ANTHROPIC_API_KEY, else the template stays)",
+    )
+    digest_summary_max_per_run: int = Field(default=2000, ge=0)
     digest_vector: Literal["mean", "embed"] = Field(
         default="mean", description="digest vector: mean of its sources' vectors, or embed text"
     )

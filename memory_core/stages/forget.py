@@ -28,6 +28,7 @@ from memory_core.embed import Embedder
 from memory_core.errors import NotFound
 from memory_core.stages.compact import compact_episodes
 from memory_core.stages.delete_subject import Target, forget
+from memory_core.stages.digest_summary import summarize_digests
 from memory_core.stages.expire import expire_records, fold_access_log
 from memory_core.stages.maintain import maintain_tables
 from memory_core.stages.revoke import revoke_source
@@ -73,12 +74,15 @@ def run_forgetting(
     folded = fold_access_log(stores, settings, ctx)
     t1 = time.perf_counter()
     compacted = compact_episodes(stores, settings, ctx, embedder=embedder)
+    summaries = summarize_digests(stores, settings, ctx)
     t2 = time.perf_counter()
     expired = expire_records(stores, settings, ctx)
     t3 = time.perf_counter()
     changed = set(expired.changed_tables)
     if compacted.digests or compacted.deleted_ids:
         changed |= {"episodes", "digests"}
+    if summaries.applied:
+        changed.add("digests")
     maintenance = maintain_tables(stores, settings, sorted(changed)) if maintain else []
     t4 = time.perf_counter()
     receipt = {
@@ -88,6 +92,7 @@ def run_forgetting(
         "run_id": ctx.run_id,
         "access_log": folded,
         "compaction": compacted.as_dict(),
+        "digest_summaries": summaries.as_dict(),
         **expired.as_dict(),
         "maintenance": maintenance,
         "seconds": {

@@ -296,7 +296,12 @@ def purge_subject_rows(
         [subject_id, *tparams, cands],
     )
     run("review_items", "DELETE FROM review_items WHERE list_contains(?, candidate_id)", [cands])
-    run("score_cache", "DELETE FROM score_cache WHERE list_contains(?, candidate_id)", [cands])
+    # candidate scores, and digest summaries (keyed by digest id: stages/digest_summary.py)
+    run(
+        "score_cache",
+        "DELETE FROM score_cache WHERE list_contains(?, candidate_id)",
+        [sorted(set(cands) | set(ids))],
+    )
     run(
         "access_stats",
         f"DELETE FROM access_stats WHERE (subject_id = ? {tenant}) OR list_contains(?, record_id)",
@@ -324,6 +329,7 @@ def purge_record_rows(
         for table, column, keys in (
             ("cluster_members", "episode_id", "_gone_ids"),
             ("access_stats", "record_id", "_gone_ids"),
+            ("score_cache", "candidate_id", "_gone_ids"),  # a digest's summary
             ("embedding_cache", "content_hash", "_gone_hashes"),
         ):
             before = _count(con, table)

@@ -41,6 +41,7 @@ __all__ = [
     "list_batches",
     "open_batches",
     "put_cached_scores",
+    "record_answers_and_spend",
     "record_ledger",
     "set_batch_status",
 ]
@@ -59,6 +60,9 @@ class BatchStatus(StrEnum):
 
 
 OPEN_STATUSES = (BatchStatus.submitted, BatchStatus.in_progress, BatchStatus.ended)
+# Prompt versions of digest-summary batches (stages/digest_summary.py) start with this; the
+# score stage resumes every other open batch, that stage only its own.
+DIGEST_SUMMARY_PROMPT = "digest-summary"
 
 
 class CachedScore(BaseModel):
@@ -322,6 +326,47 @@ def record_ledger(
                 [BatchStatus.collected.value, now, done],
             )
     return len(rows)
+
+
+def record_answers_and_spend(
+    meta: MetaStore,
+    scores: Iterable[CachedScore],
+    entries: Iterable[LedgerEntry],
+    *,
+    collected: Iterable[str] = (),
+    now: datetime,
+) -> None:
+    """Cache answers and write their spend in one transaction (``put_cached_scores`` and
+    ``record_ledger`` together): a crash between two transactions would leave paid answers
+    cached (so never asked again) with their cost missing from the ledger."""
+    cache = [
+        (s.content_hash, s.model, s.prompt_version, s.candidate_id, s.score,
+         json.dumps(s.body, sort_keys=True), s.created_at or now)
+        for s in scores
+    ]  # fmt: skip
+    rows = _ledger_rows(entries)
+    done = sorted(set(collected))
+    if not (cache or rows or done):
+        return
+    with meta.transaction() as con:
+        if cache:
+            con.executemany(
+                """INSERT INTO score_cache VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT (content_hash, model, prompt_version) DO UPDATE SET
+                candidate_id = excluded.candidate_id, score = excluded.score,
+                body = excluded.body, created_at = excluded.created_at""",
+                cache,
+            )
+        if rows:
+            con.executemany(
+                "INSERT INTO llm_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+        if done:
+            con.execute(
+                """UPDATE llm_batches SET status = ?, collected_at = ?
+                WHERE list_contains(?, batch_id)""",
+                [BatchStatus.collected.value, now, done],
+            )
 
 
 def ledger_entries(meta: MetaStore, *, run_id: str | None = None) -> list[LedgerEntry]:

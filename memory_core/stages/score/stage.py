@@ -57,6 +57,7 @@ from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.candidates import get_candidates, list_candidates, set_candidate_scores
 from memory_core.stores.llm import (
+    DIGEST_SUMMARY_PROMPT,
     BatchRecord,
     CachedScore,
     get_cached_scores,
@@ -169,7 +170,11 @@ class _ScoreRun:
         return self._write()
 
     def _resume(self) -> PollResult:
-        records = open_batches(self.stores.meta)
+        records = [
+            r
+            for r in open_batches(self.stores.meta)
+            if not r.prompt_version.startswith(DIGEST_SUMMARY_PROMPT)
+        ]
         if not records:
             return PollResult()
         self.result.resumed_batch_ids = [r.batch_id for r in records]
