@@ -27,7 +27,9 @@ cluster, but a session's turns belong together); the digest's ``cluster_id`` is 
 Crash safety without a cross-store transaction: digest ids are deterministic (scope, cluster,
 source ids), digests are inserted first (insert-if-new), lineage edges second, raw episodes
 deleted last; an episode that is already a digest's source is only deleted on a rerun.
-An LLM-written summary is not implemented: the template is always used.
+With ``forget.digest_summary = "llm"`` and an API key, Claude adds a summary to the header
+line afterwards (``stages/digest_summary.py``, through the Batches machinery); the lines
+stay the template's, so everything above still holds.
 """
 
 from __future__ import annotations
