@@ -1,7 +1,7 @@
 """memory_core: turn agents' raw episodes into trustworthy long-term memory, and forget.
 
 A plain library (no Prefect import): stages are functions of (stores, config, run context);
-``flows/`` orchestrates them.
+``flows/`` orchestrates them. Agents read through ``Recaller`` (the read path).
 """
 
 from memory_core.config import Settings, load_settings
@@ -34,6 +34,7 @@ from memory_core.models import (
     SourceRole,
     Status,
 )
+from memory_core.recall import Recaller, RecallResult
 from memory_core.stores import Stores, open_stores
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
     "Partition",
     "Procedure",
     "Provenance",
+    "RecallResult",
+    "Recaller",
     "RunContext",
     "SchemaTooNew",
     "Sensitivity",
