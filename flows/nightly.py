@@ -130,6 +130,16 @@ def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> 
     return build_review_batches(stores, settings, ctx).as_dict()
 
 
+@task(name="staleness", cache_policy=NO_CACHE)
+def staleness_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
+    """Mark stale, contest, roll back failing procedures, judge canaries (stages/staleness)."""
+    from memory_core.stages.staleness import run_staleness
+
+    settings, stores = _stores(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    return run_staleness(stores, settings, ctx)
+
+
 def _summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Nightly consolidation {summary['run_id']}",
@@ -200,6 +210,9 @@ def nightly_consolidation(
     batched = review_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
+    staleness = staleness_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
+    ).result()
     candidates = list_candidates(stores.meta)
     by_status: dict[str, int] = {}
     for cand in candidates:
@@ -213,6 +226,7 @@ def nightly_consolidation(
         "results": results,
         "score": scored,
         "review": batched,
+        "staleness": staleness,
         "candidates_by_status": dict(sorted(by_status.items())),
     }
     create_table_artifact(

@@ -25,11 +25,15 @@ __all__ = [
     "ForgetConfig",
     "ForgetPolicy",
     "IngestConfig",
+    "LeaseConfig",
     "PolicyConfig",
     "RecallConfig",
     "ReviewConfig",
+    "RunnerConfig",
+    "ScheduleConfig",
     "ScoreConfig",
     "Settings",
+    "StalenessConfig",
     "StoresConfig",
     "load_settings",
 ]
@@ -267,6 +271,70 @@ class RecallConfig(BaseModel):
     )
 
 
+class RunnerConfig(BaseModel):
+    """Where flow tasks run (flows/runners.py): threads here, or a Dask / Ray cluster."""
+
+    model_config = _SECTION
+    kind: Literal["threads", "dask", "ray"] = Field(
+        default="threads", description="task runner: threads, dask (prefect-dask), ray"
+    )
+    max_workers: int = Field(default=2, ge=1, description="threads, or local Dask workers")
+    address: str = Field(
+        default="", description="existing Dask scheduler / Ray cluster; empty = start a local one"
+    )
+    processes: bool = Field(default=True, description="local Dask cluster: worker processes")
+    threads_per_worker: int = Field(default=1, ge=1, description="local Dask cluster")
+
+
+class StalenessConfig(BaseModel):
+    """Taking back what is no longer true (stages/staleness): revisions, contests, outcomes."""
+
+    model_config = _SECTION
+    enabled: bool = Field(default=True, description="run the staleness stage in the nightly flow")
+    outcome_min: int = Field(
+        default=5, ge=1, description="reported outcomes of a procedure version before judging it"
+    )
+    outcome_z: float = Field(default=1.645, gt=0, description="z of the Wilson upper bound")
+    outcome_threshold: float = Field(
+        default=0.5, ge=0, le=1, description="deprecate when the success rate's upper bound < this"
+    )
+    canary_fraction: float = Field(
+        default=0.0, ge=0, le=1, description="share of subjects a new version is served to first"
+    )
+    canary_successes: int = Field(
+        default=5, ge=1, description="successes with no breach before a canary serves everyone"
+    )
+
+
+class ScheduleConfig(BaseModel):
+    """Cron schedules ``memctl serve`` and prefect.yaml use, in the top-level ``timezone``."""
+
+    model_config = _SECTION
+    nightly_cron: str = Field(default="0 2 * * *", description="nightly consolidation")
+    forgetting_cron: str = Field(
+        default="30 3 * * *", description="forgetting; waits for consolidation's lease"
+    )
+    deletion_cron: str = Field(default="*/15 * * * *", description="queued user deletions")
+    review_cron: str = Field(
+        default="0 8 * * 1-5", description="open a promotion-review run per undecided batch"
+    )
+
+
+class LeaseConfig(BaseModel):
+    """One pipeline run per home at a time (memory_core/lease.py)."""
+
+    model_config = _SECTION
+    ttl_s: float = Field(
+        default=120.0, gt=0, description="a holder that stops renewing loses it after this"
+    )
+    wait_s: float = Field(
+        default=0.0, ge=0, description="how long a second run waits before giving up"
+    )
+    forgetting_wait_s: float = Field(
+        default=7200.0, ge=0, description="how long forgetting waits for consolidation"
+    )
+
+
 class Settings(BaseSettings):
     """All of memctl's configuration; sections mirror configs/default.toml."""
 
@@ -289,6 +357,10 @@ class Settings(BaseSettings):
     review: ReviewConfig = Field(default_factory=ReviewConfig)
     forget: ForgetConfig = Field(default_factory=ForgetConfig)
     recall: RecallConfig = Field(default_factory=RecallConfig)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    staleness: StalenessConfig = Field(default_factory=StalenessConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    lease: LeaseConfig = Field(default_factory=LeaseConfig)
 
     @field_validator("timezone")
     @classmethod

@@ -85,6 +85,7 @@ class Status(StrEnum):
     stale = "stale"
     contested = "contested"
     deprecated = "deprecated"
+    canary = "canary"  # a procedure version served to a fraction of subjects first
 
 
 class SourceRole(StrEnum):

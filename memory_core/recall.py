@@ -39,6 +39,7 @@ from memory_core.config import RecallConfig, Settings
 from memory_core.embed import Embedder, make_embedder
 from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
 from memory_core.read.access_log import AccessLog, served_entries
+from memory_core.read.canary import in_canary
 from memory_core.read.filters import (
     CLASS_TABLES,
     FilterSpec,
@@ -97,10 +98,12 @@ class Recaller:
         config: RecallConfig | None = None,
         access_log_dir: Path | str | None = None,
         storage_options: dict[str, str] | None = None,
+        canary_fraction: float = 0.0,
     ) -> None:
         self.lance_uri = lance_uri
         self.embedder = embedder
         self.config = config or RecallConfig()
+        self.canary_fraction = canary_fraction  # staleness.canary_fraction: cohort of new versions
         local = _local_path(lance_uri)
         # lancedb.connect creates a missing local directory: a reader must not, or a typo in
         # --home would read as an empty memory.
@@ -139,6 +142,7 @@ class Recaller:
             config=settings.recall,
             access_log_dir=settings.home / "access_log" if log else None,
             storage_options=settings.stores.storage_options,
+            canary_fraction=settings.staleness.canary_fraction,
         )
 
     def close(self) -> None:
@@ -374,7 +378,8 @@ class Recaller:
         pool, table_info, snaps = self._search(tables, spec, vector, query, limit)
         searched = time.perf_counter()
 
-        kept, dropped = apply_procedure_rules(pool, state or {})
+        cohort = in_canary(tenant_id, subject_id, self.canary_fraction)
+        kept, dropped = apply_procedure_rules(pool, state or {}, canary=cohort)
         text_leg = any(info["text_hits"] is not None for info in table_info.values())
         fuse(kept, rrf_k=cfg.rrf_k, text_leg=text_leg)
         score_candidates(kept, query=query, at=spec.valid_at, config=cfg)
@@ -453,5 +458,6 @@ def recall(
         config=settings.recall,
         access_log_dir=access_log_dir,
         storage_options=settings.stores.storage_options,
+        canary_fraction=settings.staleness.canary_fraction,
     ) as memory:
         return memory.recall(query, tenant_id=tenant_id, **options)

@@ -139,7 +139,7 @@ def test_expiry_and_end_of_validity_are_filtered(lance, memory, embedder):
     assert ids(memory.recall("facts", tenant_id="acme", subject_id="u1", now=NOW)) == ["expiring"]
 
 
-def test_stale_and_contested_only_when_asked_and_marked(lance, memory, embedder):
+def test_contested_served_marked_and_stale_only_when_asked(lance, memory, embedder):
     write_rows(
         lance,
         "facts",
@@ -149,10 +149,12 @@ def test_stale_and_contested_only_when_asked_and_marked(lance, memory, embedder)
         ],
     )
     ask = dict(tenant_id="acme", subject_id="u1", now=NOW)
-    assert ids(memory.recall("printer floor", **ask)) == []
+    default = {r["record_id"]: r for r in memory.recall("printer floor", **ask)}
+    assert list(default) == ["contested"] and default["contested"]["conflict"] is True
     got = {r["record_id"]: r for r in memory.recall("printer floor", include_stale=True, **ask)}
     assert got["contested"]["conflict"] is True and "contested" in got["contested"]["reason"]
     assert got["stale"]["score_components"]["stale"] == 1.0 and "stale" in got["stale"]["reason"]
+    assert got["stale"]["stale"] is True and got["contested"]["stale"] is False
 
 
 def test_two_served_objects_for_one_predicate_are_marked_as_a_conflict(lance, memory, embedder):

@@ -79,7 +79,7 @@ def recall_command(
         int | None, typer.Option("--budget-tokens", min=1, help="token budget of the results")
     ] = None,
     include_stale: Annotated[  # noqa: FBT002 (a typer flag)
-        bool, typer.Option("--include-stale", help="also stale and contested records, marked")
+        bool, typer.Option("--include-stale", help="also stale records, marked stale")
     ] = False,
     sensitivity: Annotated[
         list[str] | None,

@@ -11,9 +11,11 @@ Rules (DESIGN.md sections 3-4, schemas.py for the bitemporal columns):
 - scope: ``tenant_id = T``; the subject's own records plus tenant-scope ones
   (``subject_id IS NULL``); without a subject, tenant-scope records only.
 - class: the table (episodic = episodes + digests, semantic = facts, procedural = procedures).
-- status: ``active`` for the present; a past valid time (``as_of < now``) also admits
-  ``superseded``/``deprecated`` rows, which were the truth then; ``stale`` and ``contested``
-  only when asked (``include_stale``). Expired, revoked, deleted and compacted rows never.
+- status: ``active`` for the present, and ``contested`` (served, marked as a conflict) and
+  ``canary`` (procedure versions on trial; pack.py serves them to their cohort only); a past
+  valid time (``as_of < now``) also admits ``superseded``/``deprecated`` rows, which were the
+  truth then; ``stale`` only when asked (``include_stale``), marked. Expired, revoked, deleted
+  and compacted rows never.
 - transaction time: current knowledge (``recorded_to IS NULL``), or what was recorded at
   ``known_at``.
 - valid time: ``valid_from <= V AND (valid_to IS NULL OR valid_to > V)``, V = as_of or now.
@@ -60,7 +62,8 @@ CLASS_TABLES: dict[MemoryType, tuple[str, ...]] = {
 
 # Statuses that were the truth for their valid time: admitted for a past as-of only.
 _HISTORICAL = (Status.superseded.value, Status.deprecated.value)
-_STALE = (Status.stale.value, Status.contested.value)
+_STALE = (Status.stale.value,)
+_SERVED = (Status.active.value, Status.contested.value, Status.canary.value)
 
 
 def lance_timestamp(value: datetime) -> str:
@@ -105,7 +108,7 @@ class FilterSpec:
         return self.as_of is not None and self.as_of < self.now
 
     def statuses(self) -> tuple[str, ...]:
-        out: tuple[str, ...] = (Status.active.value,)
+        out: tuple[str, ...] = _SERVED
         if self.historical:
             out += _HISTORICAL
         if self.include_stale:

@@ -63,9 +63,13 @@ def _unmet(preconditions: Mapping[str, Any], state: Mapping[str, str]) -> list[s
 
 
 def apply_procedure_rules(
-    candidates: list[Candidate], state: Mapping[str, str]
+    candidates: list[Candidate], state: Mapping[str, str], *, canary: bool = False
 ) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
-    """Keep the latest version per (scope, name) whose preconditions all hold in ``state``."""
+    """Keep the latest version per (scope, name) whose preconditions all hold in ``state``.
+
+    A ``canary`` version (on trial, stages/staleness/canary.py) competes only when the caller
+    is in the canary cohort (``canary``); everyone else keeps the stable version.
+    """
     keep: list[Candidate] = []
     dropped: list[tuple[Candidate, str]] = []
     latest: dict[tuple[Any, ...], Candidate] = {}
@@ -74,6 +78,10 @@ def apply_procedure_rules(
             keep.append(cand)
             continue
         row = cand.row
+        if row.get("status") == "canary" and not canary:
+            why = f"canary version {row.get('version')}: not this subject's cohort"
+            dropped.append((cand, why))
+            continue
         scope = (row.get("tenant_id"), row.get("subject_id"), row.get("namespace"), row["name"])
         rank = (version_key(row.get("version") or "0"), row.get("recorded_at"), cand.record_id)
         other = latest.get(scope)
@@ -162,6 +170,7 @@ def to_record(cand: Candidate, memory_type: str) -> dict[str, Any]:
     out["score_components"] = cand.components
     out["tokens"] = cand.row.get("_tokens")
     out["conflict"] = bool(cand.conflict_with) or cand.row.get("status") == "contested"
+    out["stale"] = cand.row.get("status") == "stale"
     if cand.conflict_with:
         out["conflict_with"] = cand.conflict_with
     return out

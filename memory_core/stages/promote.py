@@ -44,6 +44,7 @@ from memory_core.stages.promote_rows import (
     lineage_for,
     procedure_row,
 )
+from memory_core.stages.staleness.canary import unused_version
 from memory_core.stages.supersede import (
     Resolution,
     Verdict,
@@ -175,10 +176,16 @@ def _load_current(stores: Stores, table: str, rows: Sequence[dict[str, Any]]) ->
     for (tenant, namespace), values in sorted(scopes.items()):
         for row in current_rows(
             stores.lance, table, tenant_id=tenant, namespace=namespace, column=column,
-            values=values,
+            values=values, status=None,
         ):  # fmt: skip
-            out[key_of(row)] = row
+            # a contested or stale fact is still the current one: a new statement that meets
+            # the bar supersedes it as it would an active one (stages/staleness)
+            if row["status"] in _CURRENT:
+                out[key_of(row)] = row
     return out
+
+
+_CURRENT = frozenset({"active", "contested", "stale"})
 
 
 def _twin_spec(twin: Candidate, procedure: Candidate) -> Candidate:
@@ -233,6 +240,8 @@ class _Commit:
                 continue
             old = proc_plan.current.get(procedure_key(row))
             version = next_version(old, row) if old is not None else "1.0.0"
+            # a rolled-back (deprecated) version keeps its number: take the next free one
+            version = unused_version(self.stores, row, version, old and old["version"])
             row["version"] = version
             row["procedure_id"] = stable_id(
                 "proc", row["tenant_id"], row["namespace"], procedure_key(row)[2], version
@@ -242,6 +251,10 @@ class _Commit:
                 cand.candidate_id, procedure_key(row), row, now=now,
                 force=bool(cand.stats.get("force_supersede")),
             )  # fmt: skip
+        if self.settings.staleness.canary_fraction > 0 and not self.ctx.dry_run:
+            from memory_core.stages.staleness.canary import hold_back
+
+            hold_back(proc_plan)  # new versions serve a fraction of subjects first
         fact_rows: dict[str, dict[str, Any]] = {}
         for cand in facts:
             gate = self.gates[cand.candidate_id]

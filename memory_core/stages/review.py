@@ -29,6 +29,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
+from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import InvalidReview, NotFound, ReviewClosed
 from memory_core.models import Candidate, CandidateKind, CandidateStatus, stable_id
@@ -184,6 +185,36 @@ def _batch_rows(
     return batches, items
 
 
+def _commit_unfinished_auto_batches(
+    stores: Stores, settings: Settings, ctx: RunContext, pending: list[Candidate]
+) -> tuple[list[CommitResult], set[str]]:
+    """Finish auto-approved batches a killed run wrote but did not commit.
+
+    Such a batch is ``approved`` while its candidates are still ``pending_review``; without
+    this they would be batched again under a new id and the old batch would stay approved
+    with nothing promoted. They are committed in their own batch, as the killed run would have.
+    """
+    by_id = {c.candidate_id: c for c in pending}
+    if not by_id:
+        return [], set()
+    with stores.meta.connect() as con:
+        rows = con.execute(
+            """SELECT i.batch_id, i.candidate_id FROM review_items i
+            JOIN review_batches b ON b.batch_id = i.batch_id
+            WHERE b.status = 'approved' AND b.reviewer = ? ORDER BY i.batch_id, i.candidate_id""",
+            [AUTO_REVIEWER],
+        ).fetchall()
+    by_batch: dict[str, list[Candidate]] = {}
+    for batch_id, cid in rows:
+        if cid in by_id:
+            by_batch.setdefault(batch_id, []).append(by_id[cid])
+    done = [
+        commit_candidates(stores, settings, ctx, cands, reviewer=AUTO_REVIEWER, batch_id=batch_id)
+        for batch_id, cands in sorted(by_batch.items())
+    ]
+    return done, {c.candidate_id for cands in by_batch.values() for c in cands}
+
+
 def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) -> ReviewBatchResult:
     """Expire stale batches, auto-approve what config allows, batch the rest of the queue."""
     result = ReviewBatchResult(run_id=ctx.run_id)
@@ -198,6 +229,10 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
                     counts={"returned_to_queue": len(returned)},
                 )  # fmt: skip
     pending = list_candidates(stores.meta, status=CandidateStatus.pending_review.value)
+    if not ctx.dry_run:
+        done, committed = _commit_unfinished_auto_batches(stores, settings, ctx, pending)
+        result.auto_approved.extend(r.as_dict() for r in done)
+        pending = [c for c in pending if c.candidate_id not in committed]
     with stores.meta.connect() as con:
         in_review = candidates_in_open_batches(con)
         rounds = review_rounds(con)
@@ -241,6 +276,7 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
             },
             detail={"batches": result.created},
         )  # fmt: skip
+    crash_point("review.batched")
     by_batch: dict[str, list[Candidate]] = {}
     cand_by_id = {c.candidate_id: c for c in auto}
     for item in auto_items:
@@ -325,6 +361,10 @@ def decide_batch(
     if state is None:
         what, hint = "review batch", "list batches with `memctl review list`"
         raise NotFound(what, batch_id, hint)
+    from memory_core.stages.staleness.settle import RECORD_KINDS, decide_record_batch
+
+    if state.batch.kind in RECORD_KINDS:  # items are records (stale, contested, rolled back)
+        return decide_record_batch(stores, settings, ctx, state, request)
     batch, items, cands = state.batch, dict(state.items), dict(state.candidates)
     undecided, same = _validate(batch, items, request)
     # A candidate that changed since it was batched (re-mined, forgotten) is decided no further:

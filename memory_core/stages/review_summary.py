@@ -82,6 +82,10 @@ def batch_summary(
     if batch is None:
         what, hint = "review batch", "list batches with `memctl review list`"
         raise NotFound(what, batch_id, hint)
+    from memory_core.stages.staleness.summary import record_batch_summary
+
+    if batch.kind in ("revalidate", "settle", "failures"):  # records, not candidates
+        return record_batch_summary(stores, batch)
     items = get_items(stores.meta, batch_id)
     cands = {
         c.candidate_id: c for c in get_candidates(stores.meta, [i.candidate_id for i in items])
@@ -171,6 +175,10 @@ def _evidence_md(label: str, ev: Mapping[str, Any]) -> list[str]:
 
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     """Markdown of a batch summary: the Prefect artifact and the form's description."""
+    if summary.get("records"):  # a staleness batch (stages/staleness/summary.py)
+        from memory_core.stages.staleness.summary import record_summary_markdown
+
+        return record_summary_markdown(summary)
     lines = [
         f"## Review batch `{summary['batch_id']}`",
         "",

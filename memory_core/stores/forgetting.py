@@ -112,6 +112,12 @@ SUBJECT_TABLES: dict[str, TableRule] = {
     "access_stats": TableRule("delete", ("subject_id", "record_id"), "reads of its records"),
     "audit_log": TableRule("scrub", ("target", "detail"), "ids replaced by [forgotten]"),
     "deletion_requests": TableRule("hash", ("target",), "target replaced by its hash when done"),
+    "source_revisions": TableRule("none", (), "corpus document ids and revisions, no user text"),
+    "contest_evidence": TableRule(
+        "delete", ("record_id", "episode_id"), "the subject's contradicting statements"
+    ),
+    "canaries": TableRule("none", (), "procedure versions and outcome counts, no subject ids"),
+    "leases": TableRule("none", (), "which run (pid, host) holds the home"),
 }
 
 FORGOTTEN = "[forgotten]"
@@ -307,6 +313,12 @@ def purge_subject_rows(
         f"DELETE FROM access_stats WHERE (subject_id = ? {tenant}) OR list_contains(?, record_id)",
         [subject_id, *tparams, ids],
     )
+    run(
+        "contest_evidence",
+        "DELETE FROM contest_evidence WHERE list_contains(?, episode_id) "
+        "OR list_contains(?, record_id)",
+        [ids, ids],
+    )
     counts["audit_log+receipts scrubbed"] = _scrub_audit(con, [subject_id, *ids], tenant_id)
     for table in [t for t, n in counts.items() if not n]:
         del counts[table]
@@ -330,6 +342,7 @@ def purge_record_rows(
             ("cluster_members", "episode_id", "_gone_ids"),
             ("access_stats", "record_id", "_gone_ids"),
             ("score_cache", "candidate_id", "_gone_ids"),  # a digest's summary
+            ("contest_evidence", "episode_id", "_gone_ids"),
             ("embedding_cache", "content_hash", "_gone_hashes"),
         ):
             before = _count(con, table)

@@ -106,4 +106,34 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 subject_id VARCHAR, hits BIGINT, last_access TIMESTAMPTZ)""",
         ],
     ),
+    (
+        4,
+        [
+            # staleness: current revision of each corpus source, and what the nightly made of it
+            """CREATE TABLE source_revisions (
+                source_id VARCHAR PRIMARY KEY, revision VARCHAR NOT NULL,
+                changed_at TIMESTAMPTZ NOT NULL, deleted BOOLEAN NOT NULL,
+                updated_at TIMESTAMPTZ, handled_at TIMESTAMPTZ, receipt_id VARCHAR)""",
+            # contradicting statements already seen per record, and how a reviewer settled them
+            """CREATE TABLE contest_evidence (
+                record_id VARCHAR NOT NULL, episode_id VARCHAR NOT NULL, tenant_id VARCHAR,
+                detected_at TIMESTAMPTZ, settled_at TIMESTAMPTZ, settlement VARCHAR,
+                PRIMARY KEY (record_id, episode_id))""",
+            # procedure versions served to a fraction of subjects first
+            """CREATE TABLE canaries (
+                procedure_id VARCHAR PRIMARY KEY, tenant_id VARCHAR, namespace VARCHAR,
+                name VARCHAR, version VARCHAR, stable_id VARCHAR, fraction DOUBLE,
+                started_at TIMESTAMPTZ, status VARCHAR, decided_at TIMESTAMPTZ, detail JSON)""",
+        ],
+    ),
+    (
+        5,
+        [
+            # one row per lease name: which run works on this home, and until when
+            """CREATE TABLE leases (
+                name VARCHAR PRIMARY KEY, holder VARCHAR NOT NULL, pid INTEGER,
+                host VARCHAR, flow VARCHAR, acquired_at TIMESTAMPTZ, renewed_at TIMESTAMPTZ,
+                expires_at TIMESTAMPTZ NOT NULL)""",
+        ],
+    ),
 ]
