@@ -16,12 +16,25 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.runners import task_runner
 from memory_core.config import Settings
 from memory_core.context import RunContext
+from memory_core.crash import crash_point
+from memory_core.lease import hold as hold_lease
+from memory_core.report import write_report
 from memory_core.stages import forget as stage
+from memory_core.stages.compaction_plan import (
+    CompactionJob,
+    commit_compaction,
+    execute_compaction,
+    plan_compaction,
+    record_maintenance,
+)
 from memory_core.stages.delete_subject import Target, forget
+from memory_core.stages.maintain import maintain_tables
 from memory_core.stores import Stores, open_stores
 from memory_core.stores import forgetting as fstore
+from memory_core.stores.maintenance import check_tags
 
 __all__ = [
     "DELETION_CRON",
@@ -40,11 +53,45 @@ def _open(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
 
 
 @task(name="forgetting-pass", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
-def forgetting_task(*, settings_data: dict[str, Any], now_iso: str, run_id: str) -> dict[str, Any]:
-    """Access-log fold, compaction, expiry, hard delete, maintenance."""
+def forgetting_task(*, settings_data: dict[str, Any], now_iso: str, run_id: str,
+                    maintain: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Access-log fold, compaction, expiry, hard delete (and maintenance unless the flow does)."""
     settings, stores = _open(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    return stage.run_forgetting(stores, settings, ctx)
+    return stage.run_forgetting(stores, settings, ctx, maintain=maintain)
+
+
+@task(name="lance-compaction-rewrite", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+def rewrite_task(*, job: CompactionJob, storage_options: dict[str, str]) -> str:
+    """One planned Lance compaction task, on whichever worker the runner picks."""
+    return execute_compaction(job, storage_options)
+
+
+@task(name="lance-maintenance", cache_policy=NO_CACHE)
+def maintenance_task(*, settings_data: dict[str, Any], tables: list[str]) -> list[dict[str, Any]]:
+    """Index refresh and version pruning after the workers' compaction was committed."""
+    settings, stores = _open(settings_data)
+    return maintain_tables(stores, settings, tables)
+
+
+def _compact_on_workers(settings_data: dict[str, Any], receipt: dict[str, Any]) -> None:
+    """Plan here, rewrite on workers, commit here, then maintain; complete the receipt."""
+    settings, stores = _open(settings_data)
+    tables = receipt.get("changed_tables", [])
+    if not tables:
+        return
+    check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
+    jobs = plan_compaction(stores.lance, tables)
+    futures = [
+        rewrite_task.submit(job=job, storage_options=settings.stores.storage_options)
+        for job in jobs
+    ]
+    receipt["lance_compaction"] = commit_compaction(
+        stores.lance, jobs, [f.result() for f in futures]
+    )
+    crash_point("forgetting.lance_compacted")
+    receipt["maintenance"] = maintenance_task(settings_data=settings_data, tables=tables)
+    record_maintenance(stores.meta, receipt)
 
 
 @task(name="forget-request", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
@@ -68,7 +115,21 @@ def deletion_task(*, settings_data: dict[str, Any], request_id: str, now_iso: st
 def forgetting(*, settings_data: dict[str, Any], now_iso: str) -> dict[str, Any]:
     """The nightly forgetting pass; publishes its receipt as an artifact."""
     ctx = RunContext(now=datetime.fromisoformat(now_iso))
-    receipt = forgetting_task(settings_data=settings_data, now_iso=now_iso, run_id=ctx.run_id)
+    settings, stores = _open(settings_data)
+    # after consolidation, never beside it: wait (bounded) for the home's pipeline lease
+    with hold_lease(
+        stores.meta,
+        holder=ctx.run_id,
+        flow="forgetting",
+        ttl_s=settings.lease.ttl_s,
+        wait_s=settings.lease.forgetting_wait_s,
+    ):
+        crash_point("forgetting.leased")
+        receipt = forgetting_task(
+            settings_data=settings_data, now_iso=now_iso, run_id=ctx.run_id, maintain=False
+        )
+        crash_point("forgetting.pass_done")
+        _compact_on_workers(settings_data, receipt)
     rows = [
         {
             "table": t,
@@ -88,7 +149,17 @@ def forgetting(*, settings_data: dict[str, Any], now_iso: str) -> dict[str, Any]
         ),
     )
     get_run_logger().info("forgetting %s: %s", receipt["run_id"], rows)
+    _report(settings_data)
     return receipt
+
+
+def _report(settings_data: dict[str, Any]) -> None:
+    """Refresh <home>/reports/index.html with this pass (never fails the flow)."""
+    try:
+        settings, stores = _open(settings_data)
+        write_report(stores, settings.home)
+    except Exception as exc:  # the pass is committed; a report must not fail it
+        get_run_logger().warning("HTML report not written: %s", exc)
 
 
 @flow(name="deletion-requests", log_prints=False)
@@ -127,7 +198,10 @@ def deletion_requests(*, settings_data: dict[str, Any], now_iso: str,
 
 
 def run_forgetting_flow(settings: Settings, *, now: datetime) -> dict[str, Any]:
-    return forgetting(settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat())
+    runner = task_runner(settings.runner)
+    return forgetting.with_options(task_runner=runner)(
+        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
+    )
 
 
 def run_deletion_requests(settings: Settings, *, now: datetime) -> list[dict[str, Any]]:

@@ -16,9 +16,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.runners import describe as describe_runner
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
+from memory_core.crash import crash_point
+from memory_core.lease import hold as hold_lease
 from memory_core.models import content_hash
+from memory_core.report import rows_by_status, write_report
 from memory_core.stages.cluster import cluster_partition
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
@@ -76,8 +80,10 @@ def consolidate_partition(
             stores, settings.cluster, ctx, partition, recluster=recluster
         )
         t1 = time.perf_counter()
+        crash_point("partition.clustered")
         mined = mine_partition(stores, settings, ctx, partition)
     t2 = time.perf_counter()
+    crash_point("partition.mined")
     result = {
         "partition": partition.key,
         "skipped": False,
@@ -85,16 +91,8 @@ def consolidate_partition(
         "mine": mined.as_dict(),
         "seconds": {"cluster": round(t1 - t0, 3), "mine": round(t2 - t1, 3)},
     }
-    record_stage(
-        stores.meta,
-        stage=STAGE,
-        partition_key=partition.key,
-        input_hash=input_hash,
-        run_id=run_id,
-        started_at=started,
-        finished_at=datetime.now(UTC),
-        result=result,
-    )
+    # the watermark first, the ledger last: the ledger entry makes a rerun skip the
+    # partition, so anything written after it would be lost by a crash in between
     if max_recorded_iso:
         set_watermark(
             stores.meta,
@@ -105,6 +103,17 @@ def consolidate_partition(
             run_id=run_id,
             now=ctx.now,
         )
+    crash_point("partition.watermark")
+    record_stage(
+        stores.meta,
+        stage=STAGE,
+        partition_key=partition.key,
+        input_hash=input_hash,
+        run_id=run_id,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        result=result,
+    )
     return result
 
 
@@ -175,9 +184,42 @@ def nightly_consolidation(
     sync: bool = False,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Consolidate every partition with new episodes; publish candidates and a summary."""
+    """Consolidate every partition with new episodes; publish candidates and a summary.
+
+    The run holds the home's pipeline lease (memory_core/lease.py) from start to end: a second
+    start waits ``lease.wait_s`` and then fails naming the holder."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), **({"run_id": run_id} if run_id else {}))
+    with hold_lease(
+        stores.meta,
+        holder=ctx.run_id,
+        flow="nightly-consolidation",
+        ttl_s=settings.lease.ttl_s,
+        wait_s=settings.lease.wait_s,
+    ):
+        crash_point("nightly.leased")
+        return _consolidate(
+            settings,
+            stores,
+            ctx,
+            settings_data=settings_data,
+            now_iso=now_iso,
+            recluster=recluster,
+            sync=sync,
+        )
+
+
+def _consolidate(
+    settings: Settings,
+    stores: Stores,
+    ctx: RunContext,
+    *,
+    settings_data: dict[str, Any],
+    now_iso: str,
+    recluster: bool,
+    sync: bool,
+) -> dict[str, Any]:
+    """The flow's body, inside the lease."""
     logger = get_run_logger()
     start_run(
         stores.meta,
@@ -204,15 +246,19 @@ def nightly_consolidation(
             )
         )
     results = [f.result() for f in futures]
+    crash_point("nightly.partitions_done")
     scored = score_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso, sync=sync
     ).result()
+    crash_point("nightly.scored")
     batched = review_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
+    crash_point("nightly.batched")
     staleness = staleness_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
+    crash_point("nightly.stale_checked")
     candidates = list_candidates(stores.meta)
     by_status: dict[str, int] = {}
     for cand in candidates:
@@ -228,6 +274,8 @@ def nightly_consolidation(
         "review": batched,
         "staleness": staleness,
         "candidates_by_status": dict(sorted(by_status.items())),
+        "rows_by_status": rows_by_status(stores),  # the report's history of the Lance tables
+        "runner": describe_runner(settings.runner),
     }
     create_table_artifact(
         key="nightly-candidates",
@@ -255,6 +303,10 @@ def nightly_consolidation(
         status="completed",
         summary=summary,
     )
+    try:
+        summary["report"] = str(write_report(stores, settings.home))
+    except Exception as exc:  # the run's work is committed; a report must not fail it
+        logger.warning("HTML report not written: %s", exc)
     logger.info(
         "nightly run %s: %d partitions, %d skipped", ctx.run_id, len(plan), summary["skipped"]
     )
@@ -264,8 +316,15 @@ def nightly_consolidation(
 def run_nightly(
     settings: Settings, *, now: datetime, recluster: bool = False, sync: bool = False
 ) -> dict[str, Any]:
-    """Run the flow once (ephemeral Prefect server unless PREFECT_API_URL points elsewhere)."""
-    return nightly_consolidation(
+    """Run the flow once (ephemeral Prefect server unless PREFECT_API_URL points elsewhere).
+
+    The task runner is configuration (``[runner]``, flows/runners.py): threads by default,
+    a Dask or Ray cluster when one machine is not enough.
+    """
+    from flows.runners import task_runner
+
+    runner = task_runner(settings.runner)
+    return nightly_consolidation.with_options(task_runner=runner)(
         settings_data=settings.model_dump(mode="json"),
         now_iso=now.isoformat(),
         recluster=recluster,

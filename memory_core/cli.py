@@ -39,10 +39,28 @@ console = Console(stderr=True)
 
 
 @app.callback()
-def _root(home: HomeOpt = None, config: ConfigOpt = None) -> None:
+def _root(
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="text or json (JSON lines on stderr, flows too); default $MEMCTL_LOG_FORMAT",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Global options; every command also accepts --home and --config after its name."""
+    from memory_core.logging_setup import configure_logging
+    from memory_core.logging_setup import log_format as resolve_log_format
+
     _state["home"] = home
     _state["config"] = config
+    try:
+        configure_logging(resolve_log_format(log_format))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-format") from exc
 
 
 @app.command()
@@ -90,9 +108,13 @@ def ingest(
     settings = settings_for(home, config)
     stores = open_all(settings)
     ctx = RunContext(now=parse_now(now))
-    result = ingest_file(
-        stores, settings, ctx, file, embedder=make_embedder(settings.embed), quarantine=quarantine
-    )
+    from memory_core.cli_progress import byte_bar
+
+    with byte_bar(fmt, f"ingest {file.name}", file.stat().st_size) as progress:
+        result = ingest_file(
+            stores, settings, ctx, file, embedder=make_embedder(settings.embed),
+            quarantine=quarantine, progress=progress,
+        )  # fmt: skip
     emit(result.as_dict(), fmt)
 
 

@@ -99,6 +99,10 @@ def prefect_env(settings: Settings) -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    if os.environ.get("MEMCTL_LOG_FORMAT") == "json":  # flows log JSON lines too
+        from memory_core.logging_setup import prefect_logging
+
+        prefect_logging(prefect_home)
 
 
 def open_all(settings: Settings) -> Any:

@@ -113,7 +113,11 @@ def expire(
     settings = settings_for(home, config)
     stores = open_all(settings)
     ctx = RunContext(now=parse_now(now))
-    receipt = run_forgetting(stores, settings, ctx, maintain=not no_maintenance)
+    from memory_core.cli_progress import steps
+
+    with steps(fmt, "expire") as say:
+        say("TTL, decay, compaction, hard delete, maintenance")
+        receipt = run_forgetting(stores, settings, ctx, maintain=not no_maintenance)
     emit(receipt, fmt)
 
 

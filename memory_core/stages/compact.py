@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
+from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.models import Authority, Sensitivity, content_hash, stable_id
 from memory_core.stores import Stores
@@ -324,8 +325,10 @@ def compact_episodes(
     if digests:
         schema = stores.lance.table("digests").schema
         stores.lance.insert_new("digests", pa.Table.from_pylist(digests, schema=schema))
+        crash_point("compact.digests_written")
         with stores.meta.transaction() as con:
             add_edges(con, edges, now=ctx.now)
+        crash_point("compact.lineage_written")
     if chosen:
         from memory_core.stages.expire import delete_records
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
+from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import NotFound
 from memory_core.stages.compact import compact_episodes
@@ -74,9 +75,11 @@ def run_forgetting(
     folded = fold_access_log(stores, settings, ctx)
     t1 = time.perf_counter()
     compacted = compact_episodes(stores, settings, ctx, embedder=embedder)
+    crash_point("forget.compacted")
     summaries = summarize_digests(stores, settings, ctx)
     t2 = time.perf_counter()
     expired = expire_records(stores, settings, ctx)
+    crash_point("forget.expired")
     t3 = time.perf_counter()
     changed = set(expired.changed_tables)
     if compacted.digests or compacted.deleted_ids:
@@ -95,6 +98,7 @@ def run_forgetting(
         "digest_summaries": summaries.as_dict(),
         **expired.as_dict(),
         "maintenance": maintenance,
+        "changed_tables": sorted(changed),
         "seconds": {
             "access_log": round(t1 - t0, 3),
             "compaction": round(t2 - t1, 3),

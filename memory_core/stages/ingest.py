@@ -208,12 +208,16 @@ def ingest_file(
     *,
     embedder: Embedder,
     quarantine: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> IngestResult:
-    """Ingest one JSONL file of episodes (interface contract v1), streaming it in blocks."""
+    """Ingest one JSONL file of episodes (interface contract v1), streaming it in blocks;
+    ``progress(bytes_read)`` after each block (the CLI's progress bar)."""
 
     def validate(parser: VectorParser) -> Iterator[Chunk]:
         first = 1
         for offset, data in _file_blocks(path):
+            if progress is not None:
+                progress(offset + len(data))
             try:
                 chunk = process_block(
                     data, first, dim=embedder.dim, now=ctx.now, parser=parser, keep_bad=quarantine

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
+from memory_core.crash import crash_point
 from memory_core.models import (
     Authority,
     Candidate,
@@ -376,6 +377,7 @@ def mine_partition(
         result.upserted = upsert_candidates(
             stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now
         )
+        crash_point("mine.upserted")
         result.blocked_claims = _count_blocked(stores, ctx, partition, claims.blocked)
     logger.info(
         "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_core.crash import crash_point
 from memory_core.stores.meta import MetaStore
 
 __all__ = [
@@ -152,6 +153,7 @@ def save_partition_clusters(
                 "size = excluded.size, label = excluded.label, "
                 "error_code = excluded.error_code, updated_at = excluded.updated_at"
             )
+            crash_point("cluster.in_transaction")  # atomic: clusters without members never land
             con.execute(
                 f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
                 f"SELECT {_MEMBER_COLUMNS} FROM _new_members "

@@ -33,6 +33,7 @@ import anthropic
 
 from memory_core.config import ScoreConfig
 from memory_core.context import RunContext
+from memory_core.crash import crash_point
 from memory_core.models import Candidate, CandidateStatus
 from memory_core.stages.score.anthropic_scorer import (
     NO_KEY_MESSAGE,
@@ -62,7 +63,7 @@ from memory_core.stores.llm import (
     CachedScore,
     get_cached_scores,
     open_batches,
-    put_cached_scores,
+    record_answers_and_spend,
     record_ledger,
 )
 from memory_core.stores.meta import MetaStore
@@ -362,26 +363,26 @@ class _ScoreRun:
         for cid, scored in self.report.scores.items():
             if scored.answer is not None and scored.source in ("sync", "batch"):
                 self._cache(cid, self.hashes[cid], scored.model or "", self.pv, scored.answer)
-        put_cached_scores(meta, self.cache_puts.values(), now=ctx.now)
+        # Answers and their spend land together, before the candidates change: a crash after
+        # this rerun scores from the cache and pays nothing twice, and no spend goes unrecorded.
+        spent = bool(self.pool or self.outcomes or self.submitted)
+        record_answers_and_spend(
+            meta,
+            self.cache_puts.values(),
+            self._ledger() if spent else [],
+            collected=[o.record.batch_id for o in self.outcomes] if spent else [],
+            now=ctx.now,
+        )
+        crash_point("score.cached")
         set_candidate_scores(meta, updates, now=ctx.now)
+        crash_point("score.candidates")
         result.twins_followed = _follow_twins(meta, self.twins, now=ctx.now)
-        if not (self.pool or self.outcomes or self.submitted or result.twins_followed):
+        if not (spent or result.twins_followed):
             # nothing was pending: a rerun with no new work leaves no row anywhere
             result.budget = self.budget.as_dict()
             return result
-        sync_usage = self.llm.usage if self.llm is not None else Usage()
-        entries = build_ledger(
-            self.config,
-            ctx,
-            result,
-            self.report,
-            outcomes=self.outcomes,
-            submitted=self.submitted,
-            sync_usage=sync_usage,
-        )
-        record_ledger(
-            meta, entries, collected=[o.record.batch_id for o in self.outcomes], now=ctx.now
-        )
+        if not spent:  # only insight twins followed their procedures: an outcome row
+            record_ledger(meta, self._ledger(), now=ctx.now)
         result.budget = self.budget.as_dict()
         with meta.transaction() as con:
             record_audit(
@@ -401,6 +402,18 @@ class _ScoreRun:
             result.cost_usd,
         )
         return result
+
+    def _ledger(self) -> list[Any]:
+        sync_usage = self.llm.usage if self.llm is not None else Usage()
+        return build_ledger(
+            self.config,
+            self.ctx,
+            self.result,
+            self.report,
+            outcomes=self.outcomes,
+            submitted=self.submitted,
+            sync_usage=sync_usage,
+        )
 
 
 def _follow_twins(meta: MetaStore, twins: list[Candidate], *, now: datetime) -> int:

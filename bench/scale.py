@@ -1,0 +1,135 @@
+"""The nightly flow on one input, thread runner vs a local Dask cluster (2 worker processes).
+
+    python bench/scale.py --sizes 100000 300000 [--per-partition 10000] [--runners threads dask]
+
+Data: ``bench/consolidate.py``'s generator (384-d, 40 noisy problems per partition, action
+patterns whose success depends on a condition), ``per-partition`` episodes per partition. For
+each size the home is built once and copied for each runner, so both see the same input.
+Each runner runs in its own process with its own Prefect home: a no-op flow first starts the
+ephemeral Prefect server (not timed), then
+
+* ``cluster_start_s`` -- a no-op flow on the runner: for Dask, starting and stopping the
+  LocalCluster (2 processes, 1 thread each); the overhead every Dask run pays here;
+* ``flow_s`` -- the whole nightly flow (``run_nightly``): plan, consolidate every partition
+  (cluster + mine) on the runner, score (heuristic), review batches, staleness, report;
+* ``partition_s`` -- cluster + mine seconds summed over partitions, as the tasks measured
+  them (on Dask, inside the worker processes);
+* ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from consolidate import T0, build
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_one(home: Path, runner: str, workers: int) -> dict[str, object]:
+    """In a fresh process: time one nightly run on ``runner``."""
+    from prefect import flow
+
+    from flows.nightly import run_nightly
+    from flows.runners import task_runner
+    from memory_core.config import load_settings
+
+    options = {"kind": runner, "max_workers": workers}
+    settings = load_settings(home=home, embed={"model": "hash"}, runner=options)
+
+    @flow(name="warm-up")
+    def noop() -> int:
+        return 0
+
+    noop()  # starts the ephemeral Prefect server
+    t0 = time.perf_counter()
+    noop.with_options(task_runner=task_runner(settings.runner))()
+    cluster_start = time.perf_counter() - t0
+    cpu0 = _cpu()
+    t0 = time.perf_counter()
+    summary = run_nightly(settings, now=T0 + timedelta(days=90))
+    flow_s = time.perf_counter() - t0
+    partition_s = sum(
+        sum((r.get("seconds") or {}).values()) for r in summary["results"] if not r["skipped"]
+    )
+    return {
+        "runner": summary.get("runner", runner),
+        "partitions": summary["partitions"],
+        "candidates": sum(summary["candidates_by_status"].values()),
+        "cluster_start_s": round(cluster_start, 1),
+        "flow_s": round(flow_s, 1),
+        "partition_s": round(partition_s, 1),
+        "cpu_s": round(_cpu() - cpu0, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000])
+    parser.add_argument("--per-partition", type=int, default=10_000)
+    parser.add_argument("--runners", nargs="+", default=["threads", "dask"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--runner", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        print(json.dumps(run_one(args.run, args.runner, args.workers)))
+        return
+    results = []
+    for n in args.sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp) / "base"
+            t0 = time.perf_counter()
+            build(base, n, max(1, n // args.per_partition))
+            built = time.perf_counter() - t0
+            for runner in args.runners:
+                home = Path(tmp) / runner
+                shutil.copytree(base, home)
+                env = {
+                    **os.environ,
+                    "PREFECT_HOME": str(Path(tmp) / f"prefect-{runner}"),
+                    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                    "DO_NOT_TRACK": "1",
+                    "PREFECT_LOGGING_LEVEL": "WARNING",
+                    "MEMCTL_EMBED__MODEL": "hash",
+                }
+                load0 = os.getloadavg()[0]
+                out = subprocess.run(
+                    [sys.executable, __file__, "--run", str(home), "--runner", runner,
+                     "--workers", str(args.workers)],
+                    capture_output=True, text=True, env=env, check=False,
+                )  # fmt: skip
+                if out.returncode != 0:
+                    sys.exit(f"{runner} at {n} failed:\n{out.stderr[-3000:]}")
+                res = json.loads(out.stdout.strip().splitlines()[-1])
+                res.update(
+                    episodes=n,
+                    build_s=round(built, 1),
+                    load_before=round(load0, 1),
+                    load_after=round(os.getloadavg()[0], 1),
+                )
+                print(json.dumps(res), flush=True)
+                results.append(res)
+                shutil.rmtree(home)
+    print(json.dumps({"results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

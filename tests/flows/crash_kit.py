@@ -1,0 +1,193 @@
+"""What the crash harness needs besides the flow: a fake Anthropic API on loopback, the
+scenario, and a snapshot of every table that ignores what legitimately differs between runs.
+
+The fake API is ``FakeAnthropic`` (tests/stages/score) behind a real HTTP server on
+127.0.0.1, so the flow's subprocess drives the real SDK through ``ANTHROPIC_BASE_URL`` and
+every request it makes, in any process, is counted here.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx2
+
+from memory_core.stores import Stores
+from memory_core.stores.schemas import ID_COLUMN, TABLES
+from tests.conftest import episode, lines_of
+from tests.flows.test_nightly import _seed_scenario
+from tests.stages.score.test_score_fakes import FakeAnthropic
+
+# Columns that name the run or the wall-clock time of a write: a killed run and its rerun
+# stamp them differently, and that is not a difference in the memory.
+VOLATILE = {
+    "run_id",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "assigned_at",
+    "logged_at",
+    "applied_at",
+    "entry_id",
+    "event_id",
+    "seconds",  # stage durations
+    # how *this* run obtained a candidate's score: a rerun after a kill reads the answer the
+    # killed run paid for from the cache ("cache", no message id) instead of the API ("sync")
+    "score_source",
+    "message_id",
+    "duration_s",
+}
+# Not compared: `runs` and `audit_log` are history (the killed run did start, and did act);
+# `leases` is empty after any finished run; `schema_version` is the file's own bookkeeping.
+HISTORY_TABLES = {"runs", "audit_log", "leases", "schema_version"}
+# Per-run reports inside otherwise compared tables: what *that* run did (a rerun after a kill
+# clusters fewer episodes, scores from the cache), not the state it leaves.
+REPORT_COLUMNS = {"stage_ledger": {"result"}}
+REPORT_ROWS = {"llm_ledger": ("mode", "outcome")}  # spend rows are compared, outcome rows not
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeAnthropic
+    lock: threading.Lock
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = httpx2.Request(
+            self.command, f"http://api.test{self.path}", headers=dict(self.headers), content=body
+        )
+        with self.lock:
+            response = self.fake.handler(request)
+        payload = response.content
+        self.send_response(response.status_code)
+        for key, value in response.headers.items():
+            if key.lower() not in ("content-length", "transfer-encoding", "content-encoding"):
+                self.send_header(key, value)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = _serve  # noqa: N815
+    do_POST = _serve  # noqa: N815
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        return
+
+
+@contextmanager
+def fake_anthropic_server() -> Iterator[tuple[FakeAnthropic, str]]:
+    """(the fake, its base URL) for the duration of the block."""
+    fake = FakeAnthropic()
+    handler = type("Handler", (_Handler,), {"fake": fake, "lock": threading.Lock()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def scenario_lines() -> list[str]:
+    """The nightly test's VPN scenario (procedures, counterexamples) plus a user's stated
+    preference in two sessions, so scoring and auto-approval into Lance facts both run."""
+    prefs = [
+        episode(
+            episode_id=f"pref{i}",
+            subject_id="ana",
+            session_id=f"s-pref{i}",
+            source_role="user",
+            goal="set up editor",
+            actions=[],
+            outcome="unknown",
+            conditions={},
+            text="I always use vim for editing.",
+            claims=[{"predicate": "prefers_editor", "object": "vim", "span": "I always use vim"}],
+            occurred_at=f"2026-07-2{i}T10:00:00Z",
+        )
+        for i in range(3)
+    ]
+    return [*_seed_scenario(), *lines_of(*prefs)]
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return _normal(json.loads(value))
+        except ValueError:
+            return value
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in sorted(value.items()) if k not in VOLATILE}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def snapshot(stores: Stores) -> dict[str, Any]:
+    """Every Lance and DuckDB table's rows (minus run ids and write times), sorted."""
+    out: dict[str, Any] = {}
+    for name in TABLES:
+        rows = stores.lance.scan(name).drop_columns(["vector"]).to_pylist()
+        ids = [r[ID_COLUMN[name]] for r in rows]
+        assert len(ids) == len(set(ids)), f"duplicate ids in Lance table {name}"
+        out[f"lance.{name}"] = sorted(json.dumps(_normal(r), default=str) for r in rows)
+    with stores.meta.connect() as con:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables ORDER BY table_name"
+            ).fetchall()
+        ]
+        for table in tables:
+            if table in HISTORY_TABLES:
+                continue
+            cur = con.execute(f"SELECT * FROM {table}")
+            cols = [d[0] for d in cur.description]
+            rows = [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+            drop = REPORT_COLUMNS.get(table, set())
+            rows = [{k: v for k, v in r.items() if k not in drop} for r in rows]
+            if table in REPORT_ROWS:
+                col, value = REPORT_ROWS[table]
+                rows = [r for r in rows if r[col] != value]
+            out[table] = sorted(json.dumps(_normal(r), default=str) for r in rows)
+    return out
+
+
+def _changed(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _changed(a.get(key), b.get(key), f"{path}.{key}")
+        return out
+    return [] if a == b else [f"{path}: {a!r:.80} -> {b!r:.80}"]
+
+
+def _key(row: dict[str, Any]) -> str:
+    ids = [f"{k}={row[k]}" for k in sorted(row) if k.endswith(("_id", "_hash", "name"))]
+    return ",".join(ids[:2]) or json.dumps(row)
+
+
+def diff(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """Readable differences, per table (field by field when one row changed)."""
+    lines = []
+    for table in sorted(set(expected) | set(got)):
+        a, b = set(expected.get(table, [])), set(got.get(table, []))
+        if a == b and len(expected.get(table, [])) == len(got.get(table, [])):
+            continue
+        missing = [json.loads(r) for r in sorted(a - b)]
+        extra = {_key(r): r for r in (json.loads(r) for r in sorted(b - a))}
+        for row in missing:
+            other = extra.pop(_key(row), None)
+            if other is None:
+                lines.append(f"{table}: missing {json.dumps(row)[:300]}")
+            else:
+                lines.append(f"{table} {_key(row)}: {'; '.join(_changed(row, other))}")
+        lines += [f"{table}: extra {json.dumps(r)[:300]}" for r in extra.values()]
+    return lines

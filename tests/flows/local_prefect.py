@@ -1,0 +1,112 @@
+"""A real local Prefect server for tests that need one (schedules, flows in subprocesses).
+
+The ephemeral server of the session harness lives inside the test process: a subprocess
+cannot reach it, and it never runs the scheduler. One real ``prefect server start`` on a free
+loopback port is started per test process on first use (~15-25 s here) and shared by every
+module that asks; it is always stopped at exit (its process group is killed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+STARTUP_TIMEOUT_S = 150.0
+
+
+@dataclass(frozen=True)
+class LocalPrefect:
+    api_url: str
+    home: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment for a subprocess that talks to this server (and nothing else)."""
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PREFECT_", "MEMCTL_", "ANTHROPIC_"))
+        }
+        env.update(
+            PREFECT_API_URL=self.api_url,
+            PREFECT_HOME=str(self.home),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            DO_NOT_TRACK="1",
+            PREFECT_LOGGING_LEVEL="WARNING",
+            PREFECT_LOGGING_TO_API_ENABLED="false",
+            MEMCTL_EMBED__MODEL="hash",
+        )
+        env.update(extra)
+        return env
+
+
+_server: LocalPrefect | None = None
+_proc: subprocess.Popen[bytes] | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _stop() -> None:
+    global _proc
+    if _proc is not None and _proc.poll() is None:
+        os.killpg(_proc.pid, signal.SIGTERM)
+        try:
+            _proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(_proc.pid, signal.SIGKILL)
+            _proc.wait(timeout=15)
+    _proc = None
+
+
+def local_prefect(tmp_root: Path) -> LocalPrefect:
+    """The shared server, started on first call; skips the test if it cannot start."""
+    global _server, _proc
+    if _server is not None and _proc is not None and _proc.poll() is None:
+        return _server
+    port = _free_port()
+    home = tmp_root / "prefect-server"
+    home.mkdir(parents=True, exist_ok=True)
+    server = LocalPrefect(api_url=f"http://127.0.0.1:{port}/api", home=home)
+    log = (home / "server.log").open("wb")
+    prefect = Path(sys.executable).with_name("prefect")
+    _proc = subprocess.Popen(
+        [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=server.env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    atexit.register(_stop)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _proc.poll() is not None:
+            break
+        if _healthy(server.api_url):
+            _server = server
+            return server
+        time.sleep(0.5)
+    _stop()
+    tail = (home / "server.log").read_text(errors="replace")[-2000:]
+    pytest.fail(f"local prefect server did not become healthy:\n{tail}")
+    raise AssertionError  # unreachable

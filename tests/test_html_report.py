@@ -1,0 +1,189 @@
+"""The HTML report: run history from DuckDB and Lance, rendered to one self-contained page."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from datetime import timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from memory_core.context import RunContext
+from memory_core.report import collect_report, report_path, rows_by_status, write_report
+from memory_core.report.render import render_html
+from memory_core.report.svg import stacked_bars
+from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.forget import run_forgetting
+from memory_core.stages.mine import mine_partition
+from memory_core.stages.partitions import plan_partitions
+from memory_core.stores.candidates import list_candidates
+from memory_core.stores.ledger import finish_run, start_run
+from memory_core.stores.llm import LedgerEntry, record_ledger
+from tests.conftest import NOW, episode, lines_of
+
+
+class _Checker(HTMLParser):
+    """Collects SVG titles (tooltips) and checks tags balance enough to be one document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.titles: list[str] = []
+        self.svgs = 0
+        self._in_title = False
+        self.h2: list[str] = []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        self.svgs += tag == "svg"
+        self._in_title = tag == "title"
+        self._in_h2 = tag == "h2"
+
+    def handle_endtag(self, tag):
+        self._in_title = self._in_h2 = False
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.titles.append(data)
+        if self._in_h2:
+            self.h2.append(data)
+
+
+def _nightly(stores, settings, run_id, now):
+    """What the nightly flow records, without Prefect: stages, then the run's summary."""
+    start_run(stores.meta, run_id=run_id, flow="nightly-consolidation", started_at=now,
+              clock=now, params={})  # fmt: skip
+    ctx = RunContext(now=now, run_id=run_id)
+    results = []
+    for work in plan_partitions(stores):
+        c = cluster_partition(stores, settings.cluster, ctx, work.partition)
+        m = mine_partition(stores, settings, ctx, work.partition)
+        results.append({"partition": work.partition.key, "cluster": c.as_dict(),
+                        "mine": m.as_dict(), "seconds": {"cluster": 0.5, "mine": 0.25}})  # fmt: skip
+    by_status: dict[str, int] = {}
+    for cand in list_candidates(stores.meta):
+        by_status[cand.status.value] = by_status.get(cand.status.value, 0) + 1
+    summary = {"run_id": run_id, "partitions": len(results), "skipped": 0, "results": results,
+               "candidates_by_status": by_status, "rows_by_status": rows_by_status(stores)}  # fmt: skip
+    finish_run(stores.meta, run_id=run_id, finished_at=now + timedelta(seconds=2),
+               status="completed", summary=summary)  # fmt: skip
+    return summary
+
+
+@pytest.fixture
+def history(ingest, stores, settings):
+    ok = [
+        episode(episode_id=f"ok{i}", subject_id=f"u{i}", occurred_at=f"2026-06-0{i + 1}T10:00:00Z")
+        for i in range(4)
+    ]
+    ingest(lines_of(*ok))
+    first = _nightly(stores, settings, "run_aaaa1111", NOW)
+    ingest(
+        lines_of(episode(episode_id="late", subject_id="u9", occurred_at="2026-07-30T10:00:00Z"))
+    )
+    record_ledger(stores.meta, [LedgerEntry(run_id="run_bbbb2222", logged_at=NOW, mode="batch",
+                                            requests=12, input_tokens=9000, output_tokens=1200,
+                                            cache_read_tokens=4000, cost_usd=0.0123)])  # fmt: skip
+    second = _nightly(stores, settings, "run_bbbb2222", NOW + timedelta(days=1))
+    receipt = run_forgetting(stores, settings, RunContext(now=NOW + timedelta(days=40)))
+    return first, second, receipt
+
+
+def test_collect_reads_runs_forgetting_and_spend(history, stores):
+    _first, second, receipt = history
+    data = collect_report(stores)
+    assert [r.run_id for r in data.runs] == ["run_aaaa1111", "run_bbbb2222"]  # oldest first
+    assert data.runs[0].summary["rows_by_status"]["episodes"] == {"active": 4}
+    assert data.runs[1].summary["rows_by_status"]["episodes"] == {"active": 5}
+    assert data.runs[1].wall_s == pytest.approx(2.0)
+    (spend,) = data.llm
+    assert spend["run_id"] == "run_bbbb2222" and spend["requests"] == 12
+    assert spend["cost_usd"] == pytest.approx(0.0123)
+    (forgot,) = data.forgetting
+    folded = receipt["compaction"]["episodes_folded"]
+    assert forgot["expired"] == sum(receipt["expired"].values())
+    assert forgot["folded"] == folded and folded >= 4  # the cluster of old episodes
+    assert data.receipts_by_kind == {"expire": 1}
+    # the Lance state now reflects the pass: old episodes folded away
+    assert data.rows_now["episodes"].get("active", 0) == 5 - folded - forgot["expired"]
+    assert sum(data.candidates_now.values()) == sum(second["candidates_by_status"].values())
+
+
+def test_report_page_has_every_section_and_the_numbers(history, stores, settings):
+    path = write_report(stores, settings.home)
+    assert path == report_path(settings.home) and path.exists()
+    assert not [p for p in path.parent.iterdir() if p.name != "index.html"]  # no temp left
+    page = path.read_text()
+    checker = _Checker()
+    checker.feed(page)
+    assert checker.h2 == [
+        "Memory rows by class and status",
+        "Promotion",
+        "Forgetting",
+        "LLM use",
+        "Runs and stage durations",
+        "Audit and receipts",
+    ]
+    # rows per table, candidates, forgetting (2), LLM (4), durations
+    assert checker.svgs == 4 + 1 + 2 + 4 + 1
+    # tooltips carry the plotted values: episodes active per run, spend, durations
+    assert "08-01 12:00 aaaa · active: 4" in checker.titles
+    assert any(t.endswith("requests: 12") for t in checker.titles)
+    assert any("cluster (sum over partitions): 0.5" in t for t in checker.titles)
+    assert "run_bbbb2222" in page and "$0.01" in page
+    assert "<script" not in page  # static, opens offline
+
+
+def test_empty_home_renders_placeholders(stores, settings):
+    stores.lance.ensure_tables(384)
+    page = write_report(stores, settings.home).read_text()
+    assert page.count("no data yet") >= 5
+    assert "nothing recorded yet" in page
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.text(min_size=1, max_size=12), st.integers(0, 10**7), st.integers(0, 10**7)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_bars_never_leave_the_plot(points):
+    labels = [p[0] for p in points]
+    svg = stacked_bars(labels, {"a<&": [p[1] for p in points], "b": [p[2] for p in points]},
+                       title="t <x>")  # fmt: skip
+    top, bottom = 28, 260 - 58
+    for y, h in re.findall(r'<rect x="[^"]+" y="([^"]+)" width="[^"]+" height="([^"]+)"', svg):
+        if float(h) == 10:  # legend swatch
+            continue
+        assert float(y) >= top - 0.11 and float(y) + float(h) <= bottom + 0.11
+    assert "<x>" not in svg and "a<&" not in svg  # text is escaped
+
+
+def test_memctl_report_cli(history, settings):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
+    env["MEMCTL_EMBED__MODEL"] = "hash"
+    out = subprocess.run(
+        [sys.executable, "-m", "memory_core.cli", "report", "--home", str(settings.home),
+         "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert Path(doc["report"]) == report_path(settings.home).resolve()
+    assert doc["nightly_runs"] == 2 and doc["forgetting_passes"] == 1 and doc["llm_runs"] == 1
+
+
+def test_render_is_deterministic_but_for_the_timestamp(history, stores):
+    data = collect_report(stores)
+    strip = re.compile(r"generated [^·]+·")
+    assert strip.sub("", render_html(data)) == strip.sub("", render_html(data))
