@@ -1,0 +1,131 @@
+"""tau-bench airline trajectories through the pipeline, scored with the gold intents.
+
+The pipeline sees converted episodes (``tau_bench.convert_tau_bench``) with a few credentials
+planted in their text (``plant``); the gold intents (sets of gold action names) only score:
+cluster agreement (ARI/NMI), whether a promoted procedure rests on episodes of one intent
+(useful-memory precision here), and retrieval of the same task's other trials.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+from memory_core.eval import metrics
+from memory_core.eval.harness import EvalHome, Stopwatch
+from memory_core.eval.plant import plant_secrets
+from memory_core.eval.probes import (
+    cost_report,
+    deletion_probe,
+    episode_sources,
+    revocation_probe,
+    sensitive_writes,
+    write_quality,
+)
+from memory_core.eval.retrieval import Query, evenly, open_reader, run_queries
+from memory_core.eval.tau_bench import convert_tau_bench, load_tau_bench
+from memory_core.stages.cluster import list_clusters
+
+__all__ = ["evaluate_tau_bench_file"]
+
+
+def _queries(conversion: Any, sample: int | None) -> list[Query]:
+    """One query per task (its first trial's goal, asked by its user): the task's other
+    trials are what should be found."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for episode in conversion.episodes:
+        by_task.setdefault(conversion.task_of_episode[episode["episode_id"]], []).append(episode)
+    queries = []
+    for task in sorted(by_task, key=lambda t: (len(t), t)):
+        trials = sorted(by_task[task], key=lambda e: e["episode_id"])
+        first = trials[0]
+        if not first.get("goal") or len(trials) < 2:
+            continue
+        queries.append(
+            Query(
+                text=first["goal"], tenant_id=first["tenant_id"], subjects=(first["subject_id"],),
+                relevant=frozenset(e["episode_id"] for e in trials[1:]), kind="same_task",
+            )
+        )  # fmt: skip
+    return evenly(queries, sample)
+
+
+def _intent_purity(home: EvalHome, intents: dict[str, str]) -> tuple[int, int]:
+    """(promoted procedures whose supporting episodes all share one gold intent, promoted)."""
+    pure = total = 0
+    for row in home.rows("procedures"):
+        if not row.get("approver"):
+            continue
+        labels = Counter(intents.get(s, "?") for s in episode_sources(row))
+        total += 1
+        pure += len(labels) == 1 and "?" not in labels
+    return pure, total
+
+
+def evaluate_tau_bench_file(
+    root: Path, path: Path, *, embedder: str, sample: int | None = None, k: int = 10
+) -> dict[str, Any]:
+    """Run one night on the converted trajectories in ``root/tau-bench``; measure."""
+    conversion = convert_tau_bench(load_tau_bench(path))
+    episodes, planted = plant_secrets(conversion.episodes, every=10)
+    last = max(
+        datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in episodes
+    ).astimezone(UTC)
+    now = last + timedelta(days=1)
+    home = EvalHome.create(root, "tau-bench", embedder=embedder)
+    clock = Stopwatch()
+    try:
+        ingested = home.ingest(episodes, now=now, source=path.name).inserted
+        home.consolidate(now=now)
+        home.approve_all(now=now)
+        home.maintain()
+        clock.lap("pipeline")
+        members = {
+            m: c["cluster_id"] for c in list_clusters(home.stores.meta) for m in c["member_ids"]
+        }
+        ids = [e["episode_id"] for e in episodes]
+        gold = [conversion.intent_of_episode[i] for i in ids]
+        ours = [members.get(i, f"unclustered:{i}") for i in ids]
+        quality = write_quality(home)
+        pure, promoted = _intent_purity(home, conversion.intent_of_episode)
+        quality["useful_memory_precision"] = metrics.rate(pure, promoted)
+        quality["useful_memory_definition"] = "promoted procedures resting on one gold intent"
+        quality["cluster_ari"] = round(float(adjusted_rand_score(gold, ours)), 4)
+        quality["cluster_nmi"] = round(float(normalized_mutual_info_score(gold, ours)), 4)
+        quality.update(sensitive_writes(home, [p.needle for p in planted]))
+        clock.lap("write_quality")
+        with open_reader(home.settings.lance_uri, home.embedder, home.settings.recall) as memory:
+            retrieval = run_queries(
+                memory, _queries(conversion, sample), now=now, k=k,
+                budget_tokens=home.settings.recall.budget_tokens,
+            ).as_dict()  # fmt: skip
+        clock.lap("retrieval")
+        updates: dict[str, Any] = {"supersession_accuracy": None, "as_of_correctness": None}
+        updates.update(revocation_probe(home, now=now))
+        clock.lap("revocation")
+        users = Counter(e["subject_id"] for e in episodes)
+        subject = min(users, key=lambda s: (-users[s], s))
+        tenant = episodes[0]["tenant_id"]
+        updates.update(deletion_probe(home, now=now, tenant_id=tenant, subject_id=subject))
+        updates["deleted_subject"] = f"{tenant}/{subject}"
+        clock.lap("deletion")
+        return {
+            "dataset": "tau-bench",
+            "source": path.name,
+            "episodes": len(episodes),
+            "ingested": ingested,
+            "nights": 1,
+            "planted_secrets": len(planted),
+            "write_quality": quality,
+            "retrieval": retrieval,
+            "update_forgetting": updates,
+            "embedder": home.embedder.version,
+            "cost": cost_report(home, len(episodes)),
+            "seconds": clock.laps,
+        }
+    finally:
+        home.remove()
