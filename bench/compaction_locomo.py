@@ -12,7 +12,7 @@ itself, or a digest whose provenance -- and text, line by line -- carries that t
 every episode is compacted into digests (``compact_episodes`` at a clock past the TTL) and
 recall is measured again. Also reported: how often the gold answer text appears in the packed
 context, and the stored rows before and after. The full-text index that nightly maintenance
-builds (``forget.fts_index``) is built before each measurement unless ``--no-fts``. Targets: recall after >= 0.95 x before, rows
+builds (``forget.fts_tables``) is built before each measurement unless ``--no-fts``. Targets: recall after >= 0.95 x before, rows
 after <= 0.5 x before.
 """
 

@@ -32,7 +32,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from memory_core.config import load_settings
+from memory_core.config import Settings, load_settings
 from memory_core.context import RunContext
 from memory_core.read.indexes import ensure_fts
 from memory_core.stages.forget import forget_subject, run_forgetting
@@ -96,6 +96,14 @@ def _batch(start: int, n: int, subjects: int, dim: int, rng: np.random.Generator
     return pa.Table.from_pydict({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
+FTS_TABLES = ["episodes", "facts", "procedures", "digests"]  # forget.fts_tables default
+
+
+def _settings(home: Path, dim: int) -> Settings:
+    return load_settings(home=home, embed={"model": "hash", "dim": dim},
+                         forget={"fts_tables": FTS_TABLES})  # fmt: skip
+
+
 def build(base: Path, rows: int, subjects: int, dim: int) -> float:
     t0 = time.perf_counter()
     settings = load_settings(home=base, embed={"model": "hash", "dim": dim})
@@ -107,7 +115,8 @@ def build(base: Path, rows: int, subjects: int, dim: int) -> float:
         table.add(_batch(start, min(FRAGMENT, rows - start), subjects, dim, rng))
     # A table in service has the read path's full-text index (nightly maintenance builds it
     # once); build it here so the timed runs refresh it rather than build it.
-    ensure_fts(table)
+    if "episodes" in FTS_TABLES:
+        ensure_fts(table)
     ds = table.to_lance()
     ds.optimize.optimize_indices()
     lance.dataset(ds.uri).cleanup_old_versions(older_than=timedelta(0))
@@ -142,7 +151,7 @@ def floor_forget(home: Path, subject: str) -> float:
 
 
 def ours_expire(home: Path, dim: int) -> tuple[float, dict]:
-    settings = load_settings(home=home, embed={"model": "hash", "dim": dim})
+    settings = _settings(home, dim)
     t0 = time.perf_counter()
     stores = open_stores(settings)
     receipt = run_forgetting(stores, settings, RunContext(now=NOW))
@@ -150,7 +159,7 @@ def ours_expire(home: Path, dim: int) -> tuple[float, dict]:
 
 
 def ours_forget(home: Path, dim: int, subject: str) -> tuple[float, dict]:
-    settings = load_settings(home=home, embed={"model": "hash", "dim": dim})
+    settings = _settings(home, dim)
     t0 = time.perf_counter()
     stores = open_stores(settings)
     receipt = forget_subject(stores, settings, RunContext(now=NOW), subject)
@@ -163,8 +172,14 @@ def main() -> None:
     parser.add_argument("--subjects", type=int, default=10_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--no-fts", action="store_true",
+        help="episodes without the full-text index (forget.fts_tables without episodes)",
+    )  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    if args.no_fts:
+        FTS_TABLES.remove("episodes")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-forget-"))
     work.mkdir(parents=True, exist_ok=True)
     base = work / "base"
@@ -186,6 +201,7 @@ def main() -> None:
 
     print(json.dumps({
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        "episodes_fts_index": "episodes" in FTS_TABLES,
         "rows": args.rows, "subjects": args.subjects, "dim": args.dim, "repeat": args.repeat,
         "build_s": round(built, 2),
         "ttl_expiry": {

@@ -206,10 +206,12 @@ class ForgetConfig(BaseModel):
         description="nightly maintenance builds a first vector index (recall.vector_index_*) "
         "only below this many rows; 0 = never",
     )
-    fts_index: bool = Field(
-        default=True,
-        description="nightly maintenance builds the read path's full-text index on a table "
-        "without one (digests are found by their words: see bench/compaction_locomo.py)",
+    fts_tables: list[Literal["episodes", "facts", "procedures", "digests"]] = Field(
+        default_factory=lambda: ["episodes", "facts", "procedures", "digests"],
+        description="tables nightly maintenance gives the read path's full-text index when "
+        "missing (digests are found by their words: bench/compaction_locomo.py). The index "
+        "makes deletion's fragment rewrites slower on a big table (bench/forget.py): leave "
+        "episodes out if deletion latency matters more than keyword recall",
     )
     drop_tags: bool = Field(
         default=False, description="delete Lance tags that would keep forgotten rows; else refuse"

@@ -34,7 +34,7 @@ def maintain_tables(
             drop_tags=config.drop_tags,
             delete_unverified=config.delete_unverified,
         )
-        if config.fts_index:
+        if name in config.fts_tables:
             stats.fts_index = _fts_index(stores, name)
         if vector_index and config.vector_index_max_build_rows:
             stats.vector_index = _vector_index(stores, settings, name)
@@ -44,8 +44,9 @@ def maintain_tables(
 
 def _fts_index(stores: Stores, name: str) -> str:
     """The read path's BM25 leg needs a full-text index: a digest is found by its sources'
-    words far better than by the mean of their vectors (LoCoMo: recall after compaction 0.85
-    with it, 0.73 without, bench/compaction_locomo.py). Built once; refreshed incrementally."""
+    words far better than by the mean of their vectors (bench/compaction_locomo.py). Built
+    once; refreshed incrementally. Only on ``forget.fts_tables``: on a 1M-row table the index
+    made a user deletion's fragment rewrites about twice as slow (bench/forget.py)."""
     try:
         from memory_core.read.indexes import ensure_fts
     except ImportError:  # the read path is optional for forgetting

@@ -97,3 +97,14 @@ def test_maintenance_gives_digests_a_full_text_index_that_finds_a_source(compact
     word = episodes[0]["text"].split()[0]
     hits = table.search(word, query_type="fts").limit(5).to_list()
     assert hits and any(word in h["text"] for h in hits)
+
+
+def test_tables_left_out_of_fts_tables_get_no_full_text_index(tmp_path, kit):
+    mem = kit.open_mem(tmp_path / "h", forget={"fts_tables": ["digests"]})
+    mem.ingest(kit.seed_scenario())
+    mem.cluster()
+    receipt = run_forgetting(mem.stores, mem.settings, RunContext(now=kit.NOW + timedelta(days=40)))
+    by_table = {m["table"]: m["fts_index"] for m in receipt["maintenance"]}
+    assert by_table == {"episodes": "unchanged", "digests": "built"}
+    indexed = {ix.index_type for ix in mem.stores.lance.table("episodes").list_indices()}
+    assert not indexed & {"FTS", "INVERTED"}
