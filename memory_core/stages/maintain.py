@@ -46,7 +46,7 @@ def _fts_index(stores: Stores, name: str) -> str:
     """The read path's BM25 leg needs a full-text index: a digest is found by its sources'
     words far better than by the mean of their vectors (bench/compaction_locomo.py). Built
     once; refreshed incrementally. Only on ``forget.fts_tables``: on a 1M-row table the index
-    made a user deletion's fragment rewrites about twice as slow (bench/forget.py)."""
+    made the TTL pass's fragment rewrites about 2.7x slower (bench/forget.py)."""
     try:
         from memory_core.read.indexes import ensure_fts
     except ImportError:  # the read path is optional for forgetting
