@@ -200,10 +200,7 @@ def evaluate_demo(
         ingested = 0
         for night, at in ((night1, middle), (night2, end)):
             if night:
-                ingested += home.ingest(night, now=at, source="demo").inserted
-                home.consolidate(now=at)
-                home.approve_all(now=at)
-                home.maintain()
+                ingested += home.night(night, now=at, source="demo")
         clock.lap("pipeline")
         cands = list_candidates(home.stores.meta)
         promoted = [c for c in cands if c.status is CandidateStatus.promoted]

@@ -11,11 +11,10 @@ no answer and are asked for recall only.
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from memory_core.eval.harness import EvalHome, Stopwatch
+from memory_core.eval.harness import EvalHome, Stopwatch, day_after_last
 from memory_core.eval.locomo import convert_locomo, load_locomo
 from memory_core.eval.plant import plant_secrets
 from memory_core.eval.probes import (
@@ -58,17 +57,11 @@ def evaluate_locomo_file(
     """Run one night on the converted conversations in ``root/locomo``; measure."""
     conversion = convert_locomo(load_locomo(path))
     episodes, planted = plant_secrets(conversion.episodes, every=100)
-    last = max(
-        datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in episodes
-    ).astimezone(UTC)
-    now = last + timedelta(days=1)
+    now = day_after_last(episodes)
     home = EvalHome.create(root, "locomo", embedder=embedder)
     clock = Stopwatch()
     try:
-        ingested = home.ingest(episodes, now=now, source=path.name).inserted
-        home.consolidate(now=now)
-        home.approve_all(now=now)
-        home.maintain()
+        ingested = home.night(episodes, now=now, source=path.name)
         clock.lap("pipeline")
         quality = write_quality(home)
         quality["useful_memory_precision"] = None

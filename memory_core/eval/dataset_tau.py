@@ -9,14 +9,13 @@ cluster agreement (ARI/NMI), whether a promoted procedure rests on episodes of o
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from memory_core.eval import metrics
-from memory_core.eval.harness import EvalHome, Stopwatch
+from memory_core.eval.harness import EvalHome, Stopwatch, day_after_last
 from memory_core.eval.plant import plant_secrets
 from memory_core.eval.probes import (
     cost_report,
@@ -72,17 +71,11 @@ def evaluate_tau_bench_file(
     """Run one night on the converted trajectories in ``root/tau-bench``; measure."""
     conversion = convert_tau_bench(load_tau_bench(path))
     episodes, planted = plant_secrets(conversion.episodes, every=10)
-    last = max(
-        datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in episodes
-    ).astimezone(UTC)
-    now = last + timedelta(days=1)
+    now = day_after_last(episodes)
     home = EvalHome.create(root, "tau-bench", embedder=embedder)
     clock = Stopwatch()
     try:
-        ingested = home.ingest(episodes, now=now, source=path.name).inserted
-        home.consolidate(now=now)
-        home.approve_all(now=now)
-        home.maintain()
+        ingested = home.night(episodes, now=now, source=path.name)
         clock.lap("pipeline")
         members = {
             m: c["cluster_id"] for c in list_clusters(home.stores.meta) for m in c["member_ids"]

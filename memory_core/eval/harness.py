@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,14 @@ from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stores import Stores, open_stores
 
-__all__ = ["EVAL_REVIEWER", "EvalHome", "Stopwatch", "no_api_key"]
+__all__ = ["EVAL_REVIEWER", "EvalHome", "Stopwatch", "day_after_last", "no_api_key"]
+
+
+def day_after_last(episodes: list[dict[str, Any]]) -> datetime:
+    """The night's clock: one day after the newest episode, so nothing is in the future."""
+    last = max(datetime.fromisoformat(e["occurred_at"].replace("Z", "+00:00")) for e in episodes)
+    return last.astimezone(UTC) + timedelta(days=1)
+
 
 EVAL_REVIEWER = "memctl-eval"
 
@@ -179,6 +186,15 @@ class EvalHome:
         for key, value in totals.items():
             self.commits[key] = self.commits.get(key, 0) + value
         return totals
+
+    def night(self, episodes: list[dict[str, Any]], *, now: datetime, source: str) -> int:
+        """One night as a deployment runs it: ingest, consolidate, the reviewer approves every
+        batch, maintenance. Returns the episodes inserted."""
+        inserted = self.ingest(episodes, now=now, source=source).inserted
+        self.consolidate(now=now)
+        self.approve_all(now=now)
+        self.maintain()
+        return inserted
 
     def maintain(self) -> list[dict[str, Any]]:
         """Nightly Lance maintenance (``maintain_tables``): version pruning, index refresh and
