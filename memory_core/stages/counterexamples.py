@@ -71,6 +71,7 @@ __all__ = [
     "mine_cluster",
     "policy_failures",
     "wilson_lower_bound",
+    "wilson_upper_bound",
 ]
 
 MIN_PATTERN_SUCCESSES = 2
@@ -81,15 +82,27 @@ _MAX_SUBSETS = 50_000
 Pair = tuple[str, str]
 
 
-def wilson_lower_bound(successes: int, trials: int, z: float) -> float:
-    """Lower end of the Wilson score interval of successes/trials (0 when nothing was tried)."""
-    if trials <= 0:
-        return 0.0
+def _wilson(successes: int, trials: int, z: float) -> tuple[float, float]:
     p = successes / trials
     z2 = z * z
     centre = p + z2 / (2 * trials)
     margin = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
-    return max(0.0, (centre - margin) / (1 + z2 / trials))
+    scale = 1 + z2 / trials
+    return (centre - margin) / scale, (centre + margin) / scale
+
+
+def wilson_lower_bound(successes: int, trials: int, z: float) -> float:
+    """Lower end of the Wilson score interval of successes/trials (0 when nothing was tried)."""
+    if trials <= 0:
+        return 0.0
+    return max(0.0, _wilson(successes, trials, z)[0])
+
+
+def wilson_upper_bound(successes: int, trials: int, z: float) -> float:
+    """Upper end of the interval: how good the success rate could still be (1 if untried)."""
+    if trials <= 0:
+        return 1.0
+    return min(1.0, _wilson(successes, trials, z)[1])
 
 
 @dataclass(frozen=True)

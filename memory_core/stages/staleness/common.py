@@ -8,7 +8,6 @@ all of a run's changes to a table or none (invariant 9).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import stable_id
+from memory_core.stages.counterexamples import wilson_upper_bound as wilson_upper
 from memory_core.stages.supersede import row_hash
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
@@ -84,17 +84,6 @@ def set_fields(stores: Stores, table: MemoryTable, rows: Iterable[dict[str, Any]
     if changed:
         write_versions(stores.lance, table, close=changed, insert=[])
     return len(changed)
-
-
-def wilson_upper(successes: int, n: int, z: float) -> float:
-    """Upper bound of the Wilson score interval: how good the success rate could still be."""
-    if n <= 0:
-        return 1.0
-    p = successes / n
-    z2 = z * z
-    centre = p + z2 / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return min(1.0, (centre + spread) / (1 + z2 / n))
 
 
 def queue_batches(
