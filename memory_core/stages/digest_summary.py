@@ -40,6 +40,7 @@ from memory_core.stages.score.anthropic_scorer import build_client
 from memory_core.stages.score.batches import BatchOutcome, BatchRunner, PollResult
 from memory_core.stages.score.results import Usage
 from memory_core.stores import Stores
+from memory_core.stores.lance import sql_quote
 from memory_core.stores.llm import (
     DIGEST_SUMMARY_PROMPT,
     CachedScore,
@@ -174,11 +175,18 @@ class _Run:
         self.collected: list[str] = []
 
     def rows(self) -> list[dict[str, Any]]:
+        """Whole rows (vectors too: they are written back) only of digests still to do."""
         where = "status = 'active' AND recorded_to IS NULL"
-        rows = self.stores.lance.scan("digests", where=where, columns=None).to_pylist()
-        rows = [r for r in rows if not has_summary(r)]
-        rows.sort(key=lambda r: r["digest_id"])
-        return rows[: self.settings.forget.digest_summary_max_per_run]
+        heads = self.stores.lance.scan("digests", where=where, columns=["digest_id", "text"])
+        todo = sorted(r["digest_id"] for r in heads.to_pylist() if not has_summary(r))
+        todo = todo[: self.settings.forget.digest_summary_max_per_run]
+        if not todo:
+            return []
+        ids = ", ".join(sql_quote(i) for i in todo)
+        rows = self.stores.lance.scan(
+            "digests", where=f"{where} AND digest_id IN ({ids})", columns=None
+        ).to_pylist()
+        return sorted(rows, key=lambda r: r["digest_id"])
 
     def take(self, outcome: BatchOutcome, by_hash: dict[str, dict[str, Any]]) -> None:
         for cid, message in outcome.messages.items():
