@@ -22,6 +22,8 @@ from pydantic import (
     field_validator,
 )
 
+from memory_core.steps import ToolCall, step_text
+
 __all__ = [
     "Authority",
     "Candidate",
@@ -195,7 +197,11 @@ class Episode(BaseModel):
     )
     source_role: SourceRole
     goal: str | None = Field(default=None, max_length=4000)
-    actions: list[str] = Field(default_factory=list, max_length=200)
+    actions: list[str | ToolCall] = Field(
+        default_factory=list,
+        max_length=200,
+        description="steps: free text (v1) or {tool, args} tool calls (v1.1)",
+    )
     outcome: Outcome = Outcome.unknown
     conditions: dict[str, str] = Field(default_factory=dict)
     observations: list[str] = Field(default_factory=list, max_length=500)
@@ -213,9 +219,9 @@ class Episode(BaseModel):
 
     @field_validator("actions")
     @classmethod
-    def _actions_non_empty(cls, value: list[str]) -> list[str]:
+    def _actions_non_empty(cls, value: list[str | ToolCall]) -> list[str | ToolCall]:
         for i, action in enumerate(value):
-            if not action.strip():
+            if isinstance(action, str) and not action.strip():
                 msg = f"action {i} is empty"
                 raise ValueError(msg)
         return value
@@ -242,7 +248,7 @@ class Episode(BaseModel):
         if self.goal:
             parts.append(self.goal)
         if self.actions:
-            parts.append("actions: " + "; ".join(self.actions))
+            parts.append("actions: " + "; ".join(step_text(a) for a in self.actions))
         if self.conditions:
             parts.append(
                 "conditions: " + ", ".join(f"{k}={v}" for k, v in sorted(self.conditions.items()))

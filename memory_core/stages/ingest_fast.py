@@ -50,6 +50,7 @@ from pydantic import BaseModel, ValidationError
 from memory_core.errors import FieldError
 from memory_core.models import Authority, Episode, SourceRole, canonical_json
 from memory_core.stages.redact import Redactor, might_hold_secret, redact_text
+from memory_core.steps import encode_step
 from memory_core.stores.schemas import TS
 
 __all__ = [
@@ -411,7 +412,9 @@ def _gate(
     goal, text, feedback = d["goal"], d["text"], d["feedback"]
     actions, observations, conditions = d["actions"], d["observations"], d["conditions"]
     claims = [{"predicate": c.predicate, "object": c.object, "span": c.span} for c in d["claims"]]
-    texts = [goal or "", text or "", feedback or "", *actions, *observations]
+    # tool calls are redacted as JSON values (their argument strings), then stored encoded
+    actions = [a if isinstance(a, str) else a.model_dump(mode="json") for a in actions]
+    texts = [goal or "", text or "", feedback or "", *map(encode_step, actions), *observations]
     if conditions:
         texts += conditions.values()
     for c in claims:
@@ -453,6 +456,7 @@ def _gate(
             view = episode.model_copy(update={**update, "conditions": conditions})
         embed_text = view.embedding_text()
     sources = d["sources"]
+    actions = [encode_step(a) for a in actions]
     row = (
         d["episode_id"],
         d["session_id"],
