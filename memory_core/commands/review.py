@@ -244,6 +244,7 @@ def _rows_cmd(table: str) -> Any:
         config: ConfigOpt = None,
         fmt: FormatOpt = OutputFormat.text,
     ) -> None:
+        from memory_core.read.provenance import served_provenance
         from memory_core.stores.facts import list_rows
 
         stores = open_all(settings_for(home, config))
@@ -252,6 +253,7 @@ def _rows_cmd(table: str) -> Any:
             as_of=_when(as_of, "--as-of"), known_at=_when(known_at, "--known-at"),
             tenant_id=tenant, subject_id=subject, status=status,
         )  # fmt: skip
+        rows = [served_provenance(r) for r in rows]  # other subjects only as a count
         if fmt is OutputFormat.json:
             emit(rows, fmt)
             return

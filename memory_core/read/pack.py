@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from memory_core.read.provenance import served_provenance
 from memory_core.read.rank import Candidate, decode_json
 
 __all__ = [
@@ -173,7 +174,7 @@ def to_record(cand: Candidate, memory_type: str) -> dict[str, Any]:
     out["stale"] = cand.row.get("status") == "stale"
     if cand.conflict_with:
         out["conflict_with"] = cand.conflict_with
-    return out
+    return served_provenance(out)
 
 
 def left_out_entries(
