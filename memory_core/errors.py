@@ -43,6 +43,11 @@ class ConfigError(TerminalError):
         super().__init__(f"invalid config {key}: {reason}")
 
 
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x00``, ``\\n``), the rest as is."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One problem with one input record."""
@@ -53,7 +58,8 @@ class FieldError:
     record_id: str | None = None
 
     def __str__(self) -> str:
-        rid = f" (episode_id={self.record_id})" if self.record_id else ""
+        # escaped: an id with a line break or an escape sequence must not break the one line
+        rid = f" (episode_id={_printable(self.record_id)})" if self.record_id else ""
         return f"line {self.line}{rid}: {self.field}: {self.reason}"
 
 

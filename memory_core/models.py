@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -34,6 +36,7 @@ __all__ = [
     "Digest",
     "Episode",
     "Fact",
+    "IdStr",
     "Outcome",
     "Procedure",
     "ProcedureSpec",
@@ -44,6 +47,8 @@ __all__ = [
     "Status",
     "UtcDatetime",
     "content_hash",
+    "finite_vector",
+    "no_control",
     "stable_id",
     "utc",
 ]
@@ -58,6 +63,44 @@ def utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(utc)]
+
+# C0 and C1 control characters and DEL: an id holding one (a NUL, a newline, an escape) cannot
+# be typed back on a command line (`memctl forget --subject`), breaks logs and receipts, and
+# is almost always a bug upstream. Checked at the model, so both ingest paths refuse it alike.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def no_control(value: str) -> str:
+    """Refuse control characters (NUL, newline, tab, escape, DEL, C1) in an identifier."""
+    found = _CONTROL.search(value)
+    if found is not None:
+        msg = f"control character U+{ord(found.group()):04X} at position {found.start()}"
+        raise ValueError(msg)
+    return value
+
+
+IdStr = Annotated[str, AfterValidator(no_control)]
+
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def finite_vector(value: list[float] | None) -> list[float] | None:
+    """A stored vector must be finite in float32 and not all zero: an infinite or overflowing
+    value, or a zero vector, makes a cluster with a zero centroid that recall never returns."""
+    if value is None:
+        return None
+    for i, x in enumerate(value):
+        if not math.isfinite(x):
+            spelled = "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
+            msg = f"value {i} is {spelled}; vectors must be finite numbers"
+            raise ValueError(msg)
+        if abs(x) > _FLOAT32_MAX:
+            msg = f"value {i} ({x:g}) overflows float32 (largest {_FLOAT32_MAX:.6g})"
+            raise ValueError(msg)
+    if value and not any(value):
+        msg = "is all zeros; a zero vector has no direction (omit it to embed the text)"
+        raise ValueError(msg)
+    return value
 
 
 def canonical_json(value: Any) -> str:
@@ -177,8 +220,8 @@ class SourceRef(BaseModel):
     """A corpus document (and its revision) an episode relied on."""
 
     model_config = _FROZEN
-    source_id: str = Field(min_length=1, max_length=500)
-    revision: str = Field(min_length=1, max_length=200)
+    source_id: IdStr = Field(min_length=1, max_length=500)
+    revision: IdStr = Field(min_length=1, max_length=200)
 
 
 class Episode(BaseModel):
@@ -186,11 +229,11 @@ class Episode(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
-    episode_id: str = Field(min_length=1, max_length=200, description="immutable event id")
-    tenant_id: str = Field(min_length=1, max_length=200)
-    subject_id: str = Field(min_length=1, max_length=200)
-    namespace: str = Field(default="default", min_length=1, max_length=200)
-    session_id: str | None = Field(default=None, max_length=200)
+    episode_id: IdStr = Field(min_length=1, max_length=200, description="immutable event id")
+    tenant_id: IdStr = Field(min_length=1, max_length=200)
+    subject_id: IdStr = Field(min_length=1, max_length=200)
+    namespace: IdStr = Field(default="default", min_length=1, max_length=200)
+    session_id: IdStr | None = Field(default=None, max_length=200)
     occurred_at: UtcDatetime = Field(description="valid time of the experience")
     recorded_at: UtcDatetime | None = Field(
         default=None, description="transaction time; ingest time when absent"
@@ -209,13 +252,13 @@ class Episode(BaseModel):
     text: str | None = Field(default=None, max_length=100_000)
     claims: list[Claim] = Field(default_factory=list, max_length=200)
     sensitivity: Sensitivity = Sensitivity.low
-    consent_basis: str | None = Field(default=None, max_length=200)
-    purpose: str | None = Field(default=None, max_length=200)
+    consent_basis: IdStr | None = Field(default=None, max_length=200)
+    purpose: IdStr | None = Field(default=None, max_length=200)
     expires_at: UtcDatetime | None = None
     sources: list[SourceRef] = Field(default_factory=list, max_length=200)
-    procedure_id: str | None = Field(default=None, max_length=200)
-    procedure_version: str | None = Field(default=None, max_length=50)
-    vector: list[float] | None = None
+    procedure_id: IdStr | None = Field(default=None, max_length=200)
+    procedure_version: IdStr | None = Field(default=None, max_length=50)
+    vector: Annotated[list[float] | None, AfterValidator(finite_vector)] = None
 
     @field_validator("actions")
     @classmethod

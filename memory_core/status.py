@@ -44,8 +44,7 @@ def collect_status(stores: Stores, *, last_runs: int = 5) -> dict[str, Any]:
         }
     with stores.meta.connect() as con:
         meta_counts = {
-            t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
-            for t in _META_TABLES
+            t: int(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in _META_TABLES
         }
         candidates = dict(
             con.execute("SELECT status, count(*) FROM candidates GROUP BY 1 ORDER BY 1").fetchall()

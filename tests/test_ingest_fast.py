@@ -51,7 +51,15 @@ def _vector(rng: random.Random, style: str) -> list[Any]:
         return [int(v * 3) for v in values]
     if style == "edge":
         out: list[Any] = [float(v) for v in values]
-        out[:7] = [0, -0.0, 1e-45, 1e39, -1e39, 123456789012345678901234567890, 2**60 + 2**36 + 1]
+        out[:7] = [
+            0,
+            -0.0,
+            1e-45,
+            3.4e38,
+            -3.4e38,
+            123456789012345678901234567890,
+            2**60 + 2**36 + 1,
+        ]
         return out
     msg = style
     raise ValueError(msg)
@@ -229,6 +237,14 @@ def test_bad_lines_get_the_same_errors_on_both_paths(tmp_path, monkeypatch):
         base + ', "vector": [' + numbers + "]",  # not closed
         base + ', "vector": null}',  # fine: embedded
         base + ', "vector": "[1, 2]"}',
+        base + ', "vector": [' + numbers.replace("0.1", "Infinity", 1) + "]}",  # not finite
+        base + ', "vector": [' + numbers.replace("0.1", "-Infinity", 1) + "]}",
+        base + ', "vector": [' + numbers.replace("0.1", "1e39", 1) + "]}",  # beyond float32
+        base + ', "vector": [' + ", ".join(["0"] * DIM) + "]}",  # all zero: no direction
+        base + ', "vector": [' + ", ".join(["0.0"] * DIM) + "]}",
+        base.replace('"subject_id": "', '"subject_id": "\\u0000', 1) + "}",  # NUL in an id
+        base.replace('"tenant_id": "', '"tenant_id": "\\u001b', 1) + "}",  # an escape
+        base + ', "session_id": "s\\u0085"}',  # a C1 control character
     ]
     lines = []
     for i, line in enumerate(bad):
@@ -248,6 +264,14 @@ def test_bad_lines_get_the_same_errors_on_both_paths(tmp_path, monkeypatch):
     assert by_line[8].field == "vector" and "NaN" in by_line[8].reason
     assert 12 not in by_line and 30 not in by_line  # true -> 1.0 and "vector": null are valid
     assert by_line[22].field == "conditions.vector"
+    assert by_line[34].field == "vector" and "Infinity" in by_line[34].reason
+    assert by_line[36].field == "vector" and "-Infinity" in by_line[36].reason
+    assert by_line[38].field == "vector" and "overflows float32" in by_line[38].reason
+    assert by_line[40].field == by_line[42].field == "vector"
+    assert "all zeros" in by_line[40].reason and "all zeros" in by_line[42].reason
+    assert by_line[44].field == "subject_id" and "U+0000" in by_line[44].reason
+    assert by_line[46].field == "tenant_id" and "U+001B" in by_line[46].reason
+    assert by_line[48].field == "session_id" and "U+0085" in by_line[48].reason
     assert {e.line for e in fast.value.errors} == {2 * i + 2 for i in range(len(bad))} - {12, 30}
 
 
@@ -435,15 +459,45 @@ def test_odd_line_breaks_number_lines_as_splitlines_does(tmp_path):
         assert {e.line for e in info.value.errors} == {2, 3}, repr(brk)
 
 
-def test_file_that_is_not_utf8_names_the_byte(tmp_path):
+def test_file_that_is_not_utf8_names_the_line_and_byte(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_bytes(json.dumps(episode()).encode() + b"\n" + b"abc\n" * 10 + b"x\xffy\n")
+    bad = json.dumps(episode(episode_id="e2", text="caf\u00e9")).encode()
+    bad = bad.replace(b"caf\\u00e9", b"caf\xe9")  # Latin-1, not UTF-8
+    path.write_bytes(
+        json.dumps(episode(episode_id="e1")).encode() + b"\n" + bad + b"\n"
+        + json.dumps(episode(episode_id="e3")).encode() + b"\r\n\n"
+    )  # fmt: skip
     settings, stores = _store(tmp_path, "home")
+    run = RunContext(now=NOW)
     with pytest.raises(ValidationFailed) as info:
-        ingest_file(stores, settings, RunContext(now=NOW), path, embedder=HashEmbedder(DIM))
-    at = len(json.dumps(episode())) + 1 + 40 + 1
-    assert info.value.errors[0].reason == f"not UTF-8 text: invalid start byte at byte {at}"
+        ingest_file(stores, settings, run, path, embedder=HashEmbedder(DIM))
+    at = bad.index(b"\xe9")
+    (error,) = info.value.errors
+    assert (error.line, error.field, error.record_id) == (2, "(record)", "e2")
+    assert error.reason == f"not UTF-8 text: invalid continuation byte at byte {at} of the line"
+    assert str(info.value).startswith(f"{path}: 1 bad line(s), nothing written; first: line 2 ")
     assert stores.lance.count("episodes") == 0
+    # --quarantine writes the good lines and quarantines that one instead of refusing the file
+    result = ingest_file(stores, settings, run, path, embedder=HashEmbedder(DIM), quarantine=True)
+    assert (result.lines, result.inserted, result.quarantined) == (3, 2, 1)
+    with stores.meta.connect() as con:
+        (row,) = con.execute("SELECT line_no, episode_id, raw FROM quarantine").fetchall()
+    assert row[:2] == (2, "e2") and "caf\ufffd" in row[2]
+
+
+def test_lines_nested_thousands_deep_are_bad_lines_not_crashes(tmp_path):
+    deep = ["[" * 10_000 + "]" * 10_000, '{"a":' * 10_000 + "1" + "}" * 10_000]
+    lines = [json.dumps(episode(episode_id="ok")), *deep]
+    settings, stores = _store(tmp_path, "home")
+    run = RunContext(now=NOW)
+    with pytest.raises(ValidationFailed) as info:
+        ingest_records(stores, settings, run, lines, embedder=HashEmbedder(DIM))
+    assert [(e.line, e.field) for e in info.value.errors] == [(2, "(record)"), (3, "(record)")]
+    assert all("not valid JSON" in e.reason for e in info.value.errors)
+    result = ingest_records(
+        stores, settings, run, lines, embedder=HashEmbedder(DIM), quarantine=True
+    )
+    assert (result.inserted, result.quarantined) == (1, 2)
 
 
 def test_empty_blank_and_all_bad_inputs(tmp_path):
@@ -566,8 +620,8 @@ def test_vector_parser_matches_pydantic_bit_for_bit():
     for text, vector, fine in zip(texts, vectors, ok, strict=True):
         with np.errstate(over="ignore"):
             expected = np.asarray(as_floats(text), dtype=np.float32)
-        # refused (left to the exact path): not finite once a float, or 2**24 and beyond
-        assert fine == bool((np.abs(expected) < 2**24).all())
+        # refused (left to the exact path): not finite once a float, 2**24 and beyond, zero
+        assert fine == bool((np.abs(expected) < 2**24).all() and expected.any())
         if fine:
             assert vector.tobytes() == expected.tobytes()
 

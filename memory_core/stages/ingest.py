@@ -172,11 +172,6 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _not_utf8(path: Path, offset: int, exc: UnicodeDecodeError) -> ValidationFailed:
-    reason = f"not UTF-8 text: {exc.reason} at byte {offset + exc.start}"
-    return ValidationFailed(str(path), [FieldError(0, "(file)", reason)])
-
-
 def _list_chunks(lines: list[str], size: int | None = None) -> Iterator[tuple[int, list[str]]]:
     size = size or CHUNK_LINES
     for start in range(0, len(lines), size):
@@ -218,12 +213,9 @@ def ingest_file(
         for offset, data in _file_blocks(path):
             if progress is not None:
                 progress(offset + len(data))
-            try:
-                chunk = process_block(
-                    data, first, dim=embedder.dim, now=ctx.now, parser=parser, keep_bad=quarantine
-                )
-            except UnicodeDecodeError as exc:
-                raise _not_utf8(path, offset, exc) from exc
+            chunk = process_block(
+                data, first, dim=embedder.dim, now=ctx.now, parser=parser, keep_bad=quarantine
+            )
             first += chunk.line_count
             yield chunk
 
@@ -491,7 +483,7 @@ def _write_quarantine(
 def _json_field(raw: str, key: str) -> str | None:
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     got = value.get(key) if isinstance(value, dict) else None
     return got if isinstance(got, str) else None

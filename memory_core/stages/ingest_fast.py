@@ -283,6 +283,12 @@ class VectorParser:
         bad = np.flatnonzero(~(np.abs(flat) < _FLOAT_INT_EXACT))
         if bad.size:
             ok[np.searchsorted(offsets, bad, side="right") - 1] = False
+        # an all-zero vector is refused (models.finite_vector): the exact path says so
+        nonzero = np.flatnonzero(flat != 0)
+        has_nonzero = np.zeros(n, bool)
+        if nonzero.size:
+            has_nonzero[np.searchsorted(offsets, nonzero, side="right") - 1] = True
+        ok &= has_nonzero
         if ok.all() and offsets[0] == 0:
             return flat[: n * dim].reshape(n, dim), ok
         out = np.zeros((n, dim), np.float32)
@@ -332,7 +338,7 @@ def _loc(loc: tuple[Any, ...]) -> str:
 def _record_id(raw: str) -> str | None:
     try:
         value = json.loads(raw)  # not orjson: json takes NaN and huge ints, as it always did
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         return None
     rid = value.get("episode_id") if isinstance(value, dict) else None
     return redact_text(rid) if isinstance(rid, str) else None
@@ -343,7 +349,7 @@ def field_errors(number: int, raw: str, exc: ValidationError) -> list[FieldError
     rid = _record_id(raw)
     errors = []
     for err in exc.errors(include_input=False, include_url=False):
-        reason = err["msg"]
+        reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "json_invalid":
             reason = f"not valid JSON: {err.get('ctx', {}).get('error', reason)}"
         errors.append(FieldError(number, _loc(err["loc"]), reason, rid))
@@ -543,18 +549,57 @@ def process_block(
 ) -> Chunk:
     """Validate and gate a block of whole lines of a UTF-8 file (numbered from ``first_line``).
 
-    Raises ``UnicodeDecodeError`` if the block is not UTF-8; never raises on bad lines.
+    Never raises on bad lines: a line that is not UTF-8 is reported (and kept, for the
+    quarantine, with U+FFFD for the bytes that are not) like any other bad line.
     """
+    try:
+        text = None if data.isascii() else data.decode()
+    except UnicodeDecodeError:
+        return _process_not_utf8(data, first_line, dim, now, parser, keep_bad=keep_bad)
     spans = _line_spans(data)
     if spans is not None:
-        if not data.isascii():
-            data.decode()  # the whole block must be UTF-8, not just the strings pydantic reads
         try:
             return _process(data, spans, None, first_line, dim, now, parser, keep_bad)
         except _Resplit:
             pass
-    lines = data.decode().splitlines()
+    lines = (data.decode() if text is None else text).splitlines()
     return process_chunk(lines, first_line, dim=dim, now=now, parser=parser, keep_bad=keep_bad)
+
+
+def _process_not_utf8(
+    data: bytes,
+    first_line: int,
+    dim: int,
+    now: datetime,
+    parser: VectorParser | None,
+    *,
+    keep_bad: bool,
+) -> Chunk:
+    """A block with bytes that are not UTF-8: each ``\n``-line that does not decode is one
+    bad line (numbered as the file is); the others are cut as ``str.splitlines`` cuts them."""
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()  # the block ends with a line break
+    lines: list[str] = []
+    undecodable: list[tuple[int, str, UnicodeDecodeError]] = []
+    for piece in pieces:
+        try:
+            decoded = piece.decode()
+        except UnicodeDecodeError as exc:
+            undecodable.append((len(lines), piece.decode(errors="replace").rstrip("\r"), exc))
+            lines.append("")  # a blank stand-in keeps the numbering; reported below
+            continue
+        lines.extend(decoded.splitlines() or [""])
+    chunk = process_chunk(lines, first_line, dim=dim, now=now, parser=parser, keep_bad=keep_bad)
+    for idx, raw, exc in undecodable:
+        number = first_line + idx
+        reason = f"not UTF-8 text: {exc.reason} at byte {exc.start} of the line"
+        chunk.errors.append(FieldError(number, "(record)", reason, _record_id(raw)))
+        if keep_bad:
+            chunk.bad_raw[number] = raw
+        chunk.lines += 1
+    chunk.errors.sort(key=lambda e: e.line)
+    return chunk
 
 
 def process_chunk(

@@ -213,9 +213,7 @@ def remove_sources(
         fstore.rewrite_candidates(con, [c for _, c in cand_changes], now=ctx.now)
     # a changed digest's summary may quote the lost source: drop it (stages/digest_summary.py)
     changed_digests = [r["digest_id"] for r in updates.get("digests", [])]
-    delete_cached_scores(
-        stores.meta, [c.candidate_id for _, c in cand_changes] + changed_digests
-    )
+    delete_cached_scores(stores.meta, [c.candidate_id for _, c in cand_changes] + changed_digests)
     for old_status, cand in cand_changes:
         action = "sources_removed" if cand.status.value == old_status else cand.status.value
         out.changes.append(
