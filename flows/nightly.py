@@ -38,6 +38,14 @@ from memory_core.stores.ledger import (
 
 __all__ = ["nightly_consolidation", "run_nightly"]
 
+# What reaches Prefect (artifacts, logs, parameters, results) is ids and counts, never a
+# subject id or memory text: Prefect keeps artifacts in its events too, which no API deletes,
+# and a shared server or Prefect Cloud is outside our stores (docs/privacy.md).
+CANDIDATES_NOTE = (
+    "Candidates after this run, by id and counts only; their text stays in our stores: "
+    "`memctl candidates --format json` or `memctl review show BATCH`"
+)
+
 
 def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
     settings = Settings.model_validate(settings_data)
@@ -76,9 +84,7 @@ def consolidate_partition(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     with stores.meta.session():
-        clustered = cluster_partition(
-            stores, settings.cluster, ctx, partition, recluster=recluster
-        )
+        clustered = cluster_partition(stores, settings.cluster, ctx, partition, recluster=recluster)
         t1 = time.perf_counter()
         crash_point("partition.clustered")
         mined = mine_partition(stores, settings, ctx, partition)
@@ -286,14 +292,12 @@ def _consolidate(
                 "tenant": c.tenant_id,
                 "namespace": c.namespace,
                 "status": c.status.value,
-                "text": c.text,
                 "support": len(c.support_ids),
                 "counterexamples": len(c.counterexample_ids),
-                "reason": c.reason,
             }
             for c in produced
         ],
-        description="Candidates after this run",
+        description=CANDIDATES_NOTE,
     )
     create_markdown_artifact(key="nightly-summary", markdown=_summary_markdown(summary))
     finish_run(

@@ -174,3 +174,31 @@ def test_flow_publishes_artifacts(ingest, settings):
     kinds = {a.key: a.type for a in artifacts}
     assert kinds.get("nightly-candidates") == "table"
     assert kinds.get("nightly-summary") == "markdown"
+
+
+def test_artifacts_carry_ids_and_counts_never_subjects_or_memory_text(ingest, settings, stores):
+    """Issue 18: Prefect keeps artifact data in its events too, which no API deletes."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    said = "From now on I prefer the Quokka Editor for everything."
+    statements = [
+        episode(episode_id=f"pref{i}", subject_id="zoe.privacy", source_role="user", text=said,
+                claims=[{"predicate": "preferred_editor", "object": "Quokka Editor",
+                         "span": said}], occurred_at=f"2026-07-0{i + 1}T10:00:00Z")
+        for i in range(3)
+    ]  # fmt: skip
+    ingest([*_seed_scenario(), *lines_of(*statements)])
+    run_nightly(settings, now=NOW)
+    texts = [c.text for c in list_candidates(stores.meta)]
+    assert any("Quokka Editor" in (t or "") for t in texts)  # the candidate exists
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_artifacts()
+
+    for artifact in asyncio.run(read()):
+        blob = json.dumps([artifact.data, artifact.description], default=str)
+        for secret in ("zoe.privacy", "Quokka", said):
+            assert secret not in blob, (artifact.key, secret)
