@@ -26,6 +26,8 @@ __all__ = [
     "ForgetPolicy",
     "IngestConfig",
     "LeaseConfig",
+    "McpConfig",
+    "McpToken",
     "PolicyConfig",
     "RecallConfig",
     "ReviewConfig",
@@ -337,6 +339,48 @@ class LeaseConfig(BaseModel):
     )
 
 
+class McpToken(BaseModel):
+    """One HTTP caller of ``memctl mcp --http``: its bearer token, stored only as a hash.
+
+    Generate a token with ``memctl mcp --new-token NAME --tenant T``, which prints the token
+    once and the ``[[mcp.tokens]]`` entry to paste here.
+    """
+
+    model_config = _SECTION
+    name: str = Field(min_length=1, max_length=100, description="who holds it (logs, audit)")
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the token; never the token"
+    )
+    tenant: str = Field(min_length=1, max_length=200, description="the only tenant it reaches")
+    subject: str | None = Field(
+        default=None, max_length=200, description="bound to this subject only (none = any)"
+    )
+    tools: list[str] = Field(
+        default_factory=list, description="tools it may call; empty = every tool"
+    )
+    save_roles: list[Literal["agent", "tool", "user"]] = Field(
+        default_factory=lambda: ["agent", "tool"],
+        description="roles its saves may carry; 'user' only for a front-end relaying the "
+        "user's own words",
+    )
+
+
+class McpConfig(BaseModel):
+    """``memctl mcp``: the memory server agents reach over MCP (memory_core/mcp_server)."""
+
+    model_config = _SECTION
+    tenant: str = Field(default="", description="tenant of a stdio server; --tenant wins")
+    save_roles: list[Literal["agent", "tool", "user"]] = Field(
+        default_factory=lambda: ["agent", "tool"], description="roles a stdio caller may save as"
+    )
+    max_k: int = Field(default=50, ge=1, le=1000, description="largest k a caller may ask")
+    max_budget_tokens: int = Field(default=16000, ge=1, description="largest token budget")
+    save_retries: int = Field(
+        default=8, ge=0, description="Lance commit-conflict retries of one save"
+    )
+    tokens: list[McpToken] = Field(default_factory=list, description="HTTP callers")
+
+
 class Settings(BaseSettings):
     """All of memctl's configuration; sections mirror configs/default.toml."""
 
@@ -363,6 +407,7 @@ class Settings(BaseSettings):
     staleness: StalenessConfig = Field(default_factory=StalenessConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     @field_validator("timezone")
     @classmethod

@@ -1,0 +1,235 @@
+"""memory_save's write path: one episode through ingest's validation and write gate, into Lance.
+
+The same rules as ``memctl ingest`` (contract fields, pydantic validation, secret redaction,
+claims of agents and tools stripped of authority) come from the same code: the line goes
+through ``ingest_fast.process_chunk`` and becomes a row with ingest's own column rules. What
+differs is what a save must never do: wait for the pipeline.
+
+* No DuckDB on the save's path. The nightly flow holds the DuckDB file for seconds at a time
+  (one process's read-write connection locks it against every other, STACK-NOTES), so the
+  save embeds without the embedding cache and queues its audit entry (counts only, no ids or
+  content) in ``AuditSpool``, which writes it to the audit log when the file is free.
+* One Lance commit per save, an idempotent ``merge_insert`` keyed on the episode id, retried
+  on commit conflicts: a consolidation or forgetting pass committing to the episodes table at
+  the same moment makes the save retry, never fail or vanish (compaction keeps appended rows).
+* The episode id is the server's: a hash of the tenant, the subject and the caller's key (or
+  the content), so a caller can neither collide with another tenant's ids nor learn of them.
+* The row is marked as written through MCP: its provenance names ``mcp`` and the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from memory_core.embed import Embedder
+from memory_core.errors import MemoryCoreError, MemoryUnavailable, StoreError
+from memory_core.models import canonical_json, stable_id
+from memory_core.stages.ingest import _episode_rows
+from memory_core.stages.ingest_fast import process_chunk
+from memory_core.stores.lance import LanceStore, sql_quote
+
+__all__ = ["AuditSpool", "SaveRefused", "SaveResult", "save_episode"]
+
+logger = logging.getLogger(__name__)
+
+
+class SaveRefused(MemoryCoreError):
+    """The episode is invalid or conflicts with a stored one; nothing was written."""
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    episode_id: str
+    status: str  # "inserted" | "unchanged"
+    redactions: dict[str, int]
+    claims_without_authority: int
+    attempts: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id,
+            "status": self.status,
+            "tentative": True,
+            "redactions": self.redactions,
+            "claims_without_authority": self.claims_without_authority,
+            "commit_attempts": self.attempts,
+        }
+
+
+def episode_id_for(tenant_id: str, subject_id: str, key: str | None, record: dict[str, Any]) -> str:
+    """The server-made id: same key (or same content when there is none) -> same id."""
+    basis = key if key is not None else canonical_json(record)
+    return stable_id("mcp", tenant_id, subject_id, basis)
+
+
+def _is_conflict(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "conflict" in text or "retry" in text or "concurrent" in text
+
+
+def _commit(lance: LanceStore, rows: pa.Table, *, retries: int) -> int:
+    """``insert_new`` with backoff on commit conflicts; returns the attempts used."""
+    delay = 0.02
+    for attempt in range(1, retries + 2):
+        try:
+            lance.insert_new("episodes", rows)
+            return attempt
+        except (OSError, RuntimeError, ValueError) as exc:
+            if attempt > retries or not _is_conflict(exc):
+                raise MemoryUnavailable(lance.uri, f"writing the episode failed: {exc}") from exc
+            logger.debug("save: commit conflict (attempt %d), retrying: %s", attempt, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    raise AssertionError  # unreachable: the loop returns or raises
+
+
+def save_episode(
+    lance: LanceStore,
+    embedder: Embedder,
+    record: dict[str, Any],
+    *,
+    now: datetime,
+    client: str,
+    retries: int,
+) -> SaveResult:
+    """Validate, gate, embed and append one episode ``record`` (contract fields, id set)."""
+    line = json.dumps(record, ensure_ascii=False, default=str)
+    chunk = process_chunk([line], 1, dim=embedder.dim, now=now, parser=None, keep_bad=False)
+    if chunk.errors:
+        first = chunk.errors[0]
+        more = f" (and {len(chunk.errors) - 1} more)" if len(chunk.errors) > 1 else ""
+        msg = f"invalid episode: {first.field}: {first.reason}{more}; nothing was written"
+        raise SaveRefused(msg)
+    table = chunk.table
+    episode_id = record["episode_id"]
+    content = table.column("content_hash")[0].as_py()
+    try:
+        stored = lance.scan(
+            "episodes", where=f"episode_id = {sql_quote(episode_id)}", columns=["content_hash"]
+        )
+    except StoreError as exc:
+        raise MemoryUnavailable(lance.uri, str(exc)) from exc
+    except (OSError, RuntimeError) as exc:
+        raise MemoryUnavailable(lance.uri, f"reading the episodes table failed: {exc}") from exc
+    redactions = dict(sorted(chunk.redactions.items()))
+    blocked = int(table.column("_blocked")[0].as_py() or 0)
+    if stored.num_rows:
+        if stored.column("content_hash")[0].as_py() != content:
+            msg = (
+                f"episode {episode_id} is already saved with other content (episodes are "
+                "immutable); save the changed event under a new key"
+            )
+            raise SaveRefused(msg)
+        return SaveResult(episode_id, "unchanged", redactions, blocked, 0)
+    if not chunk.has_vector[0]:
+        text = table.column("_embed_text")[0].as_py() or episode_id
+        chunk.vectors[0] = np.asarray(embedder.embed([text])[0], dtype=np.float32)
+    schema = lance.table("episodes").schema
+    rows = _episode_rows(table, chunk.vectors, embedder, schema)
+    marker = canonical_json([{"source_id": "mcp", "source_kind": "mcp", "client": client}])
+    index = rows.schema.get_field_index("provenance")
+    rows = rows.set_column(index, rows.schema.field(index), pa.array([marker], pa.string()))
+    attempts = _commit(lance, rows, retries=retries)
+    return SaveResult(episode_id, "inserted", redactions, blocked, attempts)
+
+
+@dataclass
+class _Pending:
+    counts: Counter[str] = field(default_factory=Counter)
+    redactions: Counter[str] = field(default_factory=Counter)
+    first_at: datetime | None = None
+
+
+class AuditSpool:
+    """Audit entries of saves, written to DuckDB when its file is free, never on the save's path.
+
+    Entries are aggregated per (client, tenant): counts only (episodes inserted, unchanged,
+    redactions, claims stripped of authority), no ids and no content, so there is nothing in
+    them a later deletion would have to scrub. A background thread tries every ``interval_s``
+    without waiting for the lock; ``close`` tries once more. Entries not yet written when the
+    process dies are lost: the episodes themselves are already durable in Lance.
+    """
+
+    def __init__(self, meta_path: Path, *, interval_s: float = 2.0) -> None:
+        self.meta_path = Path(meta_path)
+        self.interval_s = interval_s
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, *, client: str, tenant_id: str, result: SaveResult, at: datetime) -> None:
+        with self._lock:
+            entry = self._pending.setdefault((client, tenant_id), _Pending())
+            entry.counts["episodes"] += 1
+            entry.counts[result.status] += 1
+            entry.counts["claims_without_authority"] += result.claims_without_authority
+            entry.redactions.update(result.redactions)
+            entry.first_at = entry.first_at or at
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="memctl-mcp-audit", daemon=True
+                )
+                self._thread.start()
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(p.counts["episodes"] for p in self._pending.values())
+
+    def flush(self) -> bool:
+        """Write what is pending if the metadata file is free now; True when nothing is left."""
+        with self._lock:
+            batch, self._pending = self._pending, {}
+        if not batch:
+            return True
+        if not self.meta_path.exists():  # no control plane yet: keep them for later
+            self._requeue(batch)
+            return False
+        from memory_core.stores.audit import record_audit
+        from memory_core.stores.meta import MetaStore
+
+        try:
+            meta = MetaStore(self.meta_path, lock_timeout_s=0.0)
+            with meta.transaction() as con:
+                for (client, tenant_id), entry in batch.items():
+                    record_audit(
+                        con, at=entry.first_at or datetime.now().astimezone(), action="mcp_save",
+                        actor=f"mcp:{client}", target="mcp", tenant_id=tenant_id,
+                        counts={**entry.counts, "redactions": sum(entry.redactions.values())},
+                    )  # fmt: skip
+        except Exception as exc:  # locked by the pipeline, or any DuckDB error: retry later
+            logger.debug("mcp audit: not written yet (%s)", exc)
+            self._requeue(batch)
+            return False
+        return True
+
+    def _requeue(self, batch: dict[tuple[str, str], _Pending]) -> None:
+        with self._lock:
+            for key, entry in batch.items():
+                mine = self._pending.setdefault(key, _Pending())
+                mine.counts.update(entry.counts)
+                mine.redactions.update(entry.redactions)
+                mine.first_at = min(
+                    (t for t in (mine.first_at, entry.first_at) if t is not None), default=None
+                )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.flush()
