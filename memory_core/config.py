@@ -11,11 +11,17 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
+from memory_core.cron import check_cron
 from memory_core.errors import ConfigError
 
 __all__ = [
@@ -180,8 +186,10 @@ class ForgetConfig(BaseModel):
     policies: dict[str, ForgetPolicy] = Field(
         default_factory=dict, description='per "<namespace>/<class>" overrides'
     )
-    purpose_ttl_days: dict[str, float] = Field(
-        default_factory=dict, description="records stored for a purpose expire after N days"
+    purpose_ttl_days: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="records stored for a purpose expire after N days (N > 0: 0 or less "
+        "would expire them at once)",
     )
     decay_half_life_days: float = Field(default=30.0, gt=0)
     default_importance: float = Field(default=0.5, ge=0, le=1)
@@ -323,6 +331,12 @@ class ScheduleConfig(BaseModel):
         default="0 8 * * 1-5", description="open a promotion-review run per undecided batch"
     )
 
+    @field_validator("nightly_cron", "forgetting_cron", "deletion_cron", "review_cron")
+    @classmethod
+    def _check_cron(cls, value: str) -> str:
+        """Parsed here, so an invalid cron never reaches prefect.yaml or a deployment."""
+        return check_cron(value)
+
 
 class LeaseConfig(BaseModel):
     """One pipeline run per home at a time (memory_core/lease.py)."""
@@ -460,13 +474,8 @@ def load_settings(
         Path(os.environ["MEMCTL_CONFIG"]) if "MEMCTL_CONFIG" in os.environ else None
     )
     if path is not None:
-        try:
-            file_values = tomllib.loads(path.read_text())
-        except FileNotFoundError as exc:
-            msg = "config"
-            raise ConfigError(msg, f"file {path} not found") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+        file_values = _read_toml(path)
+    check_env_names(os.environ)
     # The file is the lowest layer; environment variables must beat it, so only keys that the
     # environment does not set are passed as init values (init would otherwise win).
     env_keys = {k[len("MEMCTL_") :].lower() for k in os.environ if k.startswith("MEMCTL_")}
@@ -479,7 +488,122 @@ def load_settings(
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"]) or "config"
-        raise ConfigError(key, err["msg"]) from exc
+        reason = err["msg"].removeprefix("Value error, ")
+        source = _env_source(err["loc"])
+        raise ConfigError(key, reason + (f" (from {source})" if source else "")) from exc
+    except SettingsError as exc:  # an env value that must be JSON (a list, a table) is not
+        raise _env_json_error(exc) from exc
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The file's values; ConfigError (one line) when it is missing, not UTF-8 or not TOML."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        msg = "config"
+        raise ConfigError(msg, f"file {path} not found") from exc
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot be read: {exc.strerror or exc}") from exc
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        reason = f"not UTF-8 text (TOML must be): {exc.reason} at byte {exc.start}, line {line}"
+        raise ConfigError(str(path), reason) from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from exc
+    except RecursionError as exc:  # arrays or tables nested thousands deep
+        raise ConfigError(str(path), "not valid TOML: nested too deeply") from exc
+
+
+# MEMCTL_ variables that are not settings: read directly by the code that needs them
+NON_SETTING_ENV = frozenset(
+    {"MEMCTL_CONFIG", "MEMCTL_LOG_FORMAT", "MEMCTL_LOG_LEVEL", "MEMCTL_KILL_AT", "MEMCTL_EVAL_DATA"}
+)
+
+
+def _known_env_names() -> tuple[set[str], set[str]]:
+    """(exact names, prefixes of open tables) of every MEMCTL_ variable Settings reads."""
+    exact: set[str] = set()
+    prefixes: set[str] = set()
+    for name, info in Settings.model_fields.items():
+        top = f"MEMCTL_{name.upper()}"
+        exact.add(top)
+        section = info.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            for sub, sub_info in section.model_fields.items():
+                exact.add(f"{top}__{sub.upper()}")
+                if getattr(sub_info.annotation, "__origin__", None) is dict:
+                    prefixes.add(f"{top}__{sub.upper()}__")
+    return exact, prefixes
+
+
+def check_env_names(environ: Any) -> None:
+    """Refuse a MEMCTL_ variable that no setting reads (a typo would be silently ignored)."""
+    exact, prefixes = _known_env_names()
+    for var in sorted(environ):
+        upper = var.upper()
+        if not upper.startswith("MEMCTL_") or upper in NON_SETTING_ENV or upper in exact:
+            continue
+        if any(upper.startswith(p) for p in prefixes):
+            continue
+        import difflib
+
+        close = difflib.get_close_matches(upper, sorted(exact | NON_SETTING_ENV), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        msg = f"no setting reads this variable (a misspelt key?){hint} Unset it to go on"
+        raise ConfigError(var, msg)
+
+
+def _env_source(loc: tuple[Any, ...]) -> str | None:
+    """The MEMCTL_ variable that set the value at ``loc``, if one did."""
+    names = [str(p).upper() for p in loc if not isinstance(p, int)]
+    for end in range(len(names), 0, -1):
+        var = "MEMCTL_" + "__".join(names[:end])
+        if any(k.upper() == var for k in os.environ):
+            return var
+    return None
+
+
+def _json_valued(var: str) -> bool:
+    """Whether pydantic-settings parses this variable's value as JSON: a whole section, or a
+    list or table key of one (a plain string or number is taken as it is)."""
+    parts = var.removeprefix("MEMCTL_").lower().split("__")
+    info = Settings.model_fields.get(parts[0])
+    if info is None:
+        return False
+    section = info.annotation
+    if len(parts) == 1:
+        return isinstance(section, type) and issubclass(section, BaseModel)
+    if len(parts) > 2 or not (isinstance(section, type) and issubclass(section, BaseModel)):
+        return False
+    sub = section.model_fields.get(parts[1])
+    return sub is not None and getattr(sub.annotation, "__origin__", None) in (list, dict)
+
+
+def _env_json_error(exc: SettingsError) -> ConfigError:
+    """pydantic-settings reads a list or table from the environment as JSON; name the variable
+    whose value is not JSON, with an example."""
+    import json
+    import re
+
+    match = re.search(r'field "(\w+)"', str(exc))
+    section = f"MEMCTL_{match.group(1).upper()}" if match else "MEMCTL_"
+    suspects = sorted(
+        k for k in os.environ if k.upper().startswith(section) and _json_valued(k.upper())
+    )
+    for var in suspects:
+        try:
+            json.loads(os.environ[var])
+        except ValueError:
+            reason = (
+                f"{os.environ[var][:80]!r} is not valid JSON; lists and tables are written as "
+                'JSON in the environment, e.g. \'["low", "medium"]\' or \'{"k": "v"}\''
+            )
+            return ConfigError(var, reason)
+    return ConfigError(", ".join(suspects) or section, f"cannot be read: {exc}")
 
 
 def _strip_env_overridden(values: dict[str, Any], env_keys: set[str]) -> dict[str, Any]:
