@@ -96,18 +96,47 @@ def ingest(
     quarantine: Annotated[
         bool, typer.Option("--quarantine", help="write good lines, quarantine bad ones")
     ] = False,
+    source_format: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="episodes (contract v1), or one chat session per line: openai-chat, "
+            "anthropic-messages",
+        ),
+    ] = "episodes",
     now: NowOpt = None,
     home: HomeOpt = None,
     config: ConfigOpt = None,
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
-    """Validate, redact and store episodes; all-or-nothing unless --quarantine."""
+    """Validate, redact and store episodes; all-or-nothing unless --quarantine.
+
+    With --from openai-chat or anthropic-messages each line is one session
+    {session_id, tenant_id, subject_id, namespace?, started_at?, outcome?, messages}: every
+    message becomes an episode, and a session with tool calls one trajectory episode too.
+    """
     from memory_core.embed import make_embedder
     from memory_core.stages.ingest import ingest_file
+    from memory_core.transcripts import TranscriptFormat
 
+    try:
+        transcript = TranscriptFormat(source_format)
+    except ValueError:
+        choices = ", ".join(f.value for f in TranscriptFormat)
+        msg = f"--from must be one of {choices}, got {source_format!r}"
+        raise typer.BadParameter(msg, param_hint="--from") from None
     settings = settings_for(home, config)
     stores = open_all(settings)
     ctx = RunContext(now=parse_now(now))
+    if transcript is not TranscriptFormat.episodes:
+        from memory_core.transcripts.ingest import ingest_transcripts
+
+        result = ingest_transcripts(
+            stores, settings, ctx, file, fmt=transcript,
+            embedder=make_embedder(settings.embed), quarantine=quarantine,
+        )  # fmt: skip
+        emit(result.as_dict(), fmt)
+        return
     from memory_core.cli_progress import byte_bar
 
     with byte_bar(fmt, f"ingest {file.name}", file.stat().st_size) as progress:

@@ -1,9 +1,10 @@
 """tau-bench airline trajectories through the pipeline, scored with the gold intents.
 
-The pipeline sees converted episodes (``tau_bench.convert_tau_bench``) with a few credentials
-planted in their text (``plant``); the gold intents (sets of gold action names) only score:
-cluster agreement (ARI/NMI), whether a promoted procedure rests on episodes of one intent
-(useful-memory precision here), and retrieval of the same task's other trials.
+The pipeline sees the episodes the ``openai-chat`` adapter makes of each run (one per message
+and one trajectory per run, ``tau_bench.convert_tau_bench``) with a few credentials planted in
+their text (``plant``); the gold intents (sets of gold action names) only score: cluster
+agreement (ARI/NMI) of the runs' trajectories, whether a promoted procedure rests on episodes of
+one intent (useful-memory precision here), and retrieval of the same task's other trials.
 """
 
 from __future__ import annotations
@@ -33,21 +34,25 @@ __all__ = ["evaluate_tau_bench_file"]
 
 
 def _queries(conversion: Any, sample: int | None) -> list[Query]:
-    """One query per task (its first trial's goal, asked by its user): the task's other
-    trials are what should be found."""
+    """One query per task (its first trial's goal, asked by its user): any episode of the
+    task's other trials (a message or the trajectory) is what should be found."""
     by_task: dict[str, list[dict[str, Any]]] = {}
-    for episode in conversion.episodes:
+    for episode in conversion.trajectories:
         by_task.setdefault(conversion.task_of_episode[episode["episode_id"]], []).append(episode)
+    by_session: dict[str, set[str]] = {}
+    for episode in conversion.episodes:
+        by_session.setdefault(episode["session_id"], set()).add(episode["episode_id"])
     queries = []
     for task in sorted(by_task, key=lambda t: (len(t), t)):
-        trials = sorted(by_task[task], key=lambda e: e["episode_id"])
+        trials = sorted(by_task[task], key=lambda e: e["occurred_at"])
         first = trials[0]
         if not first.get("goal") or len(trials) < 2:
             continue
+        relevant = frozenset().union(*(by_session[e["session_id"]] for e in trials[1:]))
         queries.append(
             Query(
                 text=first["goal"], tenant_id=first["tenant_id"], subjects=(first["subject_id"],),
-                relevant=frozenset(e["episode_id"] for e in trials[1:]), kind="same_task",
+                relevant=relevant, kind="same_task",
             )
         )  # fmt: skip
     return evenly(queries, sample)
@@ -70,7 +75,7 @@ def evaluate_tau_bench_file(
 ) -> dict[str, Any]:
     """Run one night on the converted trajectories in ``root/tau-bench``; measure."""
     conversion = convert_tau_bench(load_tau_bench(path))
-    episodes, planted = plant_secrets(conversion.episodes, every=10)
+    episodes, planted = plant_secrets(conversion.episodes, every=100)
     now = day_after_last(episodes)
     home = EvalHome.create(root, "tau-bench", embedder=embedder)
     clock = Stopwatch()
@@ -80,7 +85,7 @@ def evaluate_tau_bench_file(
         members = {
             m: c["cluster_id"] for c in list_clusters(home.stores.meta) for m in c["member_ids"]
         }
-        ids = [e["episode_id"] for e in episodes]
+        ids = [e["episode_id"] for e in conversion.trajectories]  # runs, not their messages
         gold = [conversion.intent_of_episode[i] for i in ids]
         ours = [members.get(i, f"unclustered:{i}") for i in ids]
         quality = write_quality(home)
@@ -110,6 +115,8 @@ def evaluate_tau_bench_file(
             "dataset": "tau-bench",
             "source": path.name,
             "episodes": len(episodes),
+            "sessions": len(conversion.sessions),
+            "trajectories": len(conversion.trajectories),
             "ingested": ingested,
             "nights": 1,
             "planted_secrets": len(planted),

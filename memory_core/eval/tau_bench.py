@@ -1,9 +1,11 @@
 """Turn tau-bench tool-calling trajectories into episode-contract records.
 
 Why: tau-bench gives real agent runs in which the same goal succeeds in some trials and fails in
-others, which is what procedure mining and counterexample search need to be measured on. The
-converter is written for any trace of the same shape (OpenAI-style ``traj`` messages with
-``tool_calls`` and ``tool`` results), not only the airline data set.
+others, which is what procedure mining and counterexample search need to be measured on. A run's
+``traj`` is an OpenAI chat transcript (``tool_calls`` and ``tool`` results), so each run goes
+through the user-facing ``openai-chat`` adapter (``memory_core.transcripts``), as a user's logs
+would: one episode per message, and one trajectory episode with the tool calls and their
+arguments; the outcome comes from the run's ``reward``.
 
 What goes in an episode is only what the run itself shows: the user's first message as the goal,
 the tools the agent really called, environment facts read from tool *results*, and short digests.
@@ -14,6 +16,7 @@ evaluation would measure the labels rather than the pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+
+from memory_core.transcripts import TranscriptError, TranscriptFormat, adapt_session
 
 __all__ = [
     "AIRLINE_CONDITION_RULES",
@@ -32,6 +37,7 @@ __all__ = [
     "intent_label",
     "load_tau_bench",
     "mask_identifiers",
+    "tau_session",
 ]
 
 _STOP_MARKER = "###STOP###"
@@ -107,12 +113,20 @@ AIRLINE_CONDITION_RULES: tuple[FieldRule, ...] = (
 
 @dataclass(frozen=True)
 class TauConversion:
-    """Episodes to ingest, and labels kept beside them for scoring only."""
+    """Episodes to ingest, and labels kept beside them for scoring only.
+
+    ``episodes`` holds every episode the adapter made (one per message, then the run's
+    trajectory), ``trajectories`` the trajectory episodes alone; ``intent_of_episode`` labels
+    the trajectories, ``task_of_episode`` every episode. ``sessions`` are the ``openai-chat``
+    lines the episodes came from.
+    """
 
     episodes: list[dict[str, Any]]
     intent_of_episode: dict[str, str]
     task_of_episode: dict[str, str]
     skipped: list[str] = field(default_factory=list)
+    trajectories: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -152,23 +166,6 @@ def _message_text(message: Mapping[str, Any]) -> str:
 
 def _truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
-
-
-def _tool_calls(message: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
-    """(tool name, call id) of each call in an assistant message, in order."""
-    calls = message.get("tool_calls") or []
-    if isinstance(calls, str):
-        try:
-            calls = json.loads(calls)
-        except json.JSONDecodeError:
-            return
-    for call in calls:
-        if not isinstance(call, Mapping):
-            continue
-        function = call.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else call.get("name")
-        if name:
-            yield str(name), call.get("id")
 
 
 def _walk(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -313,64 +310,81 @@ def _observations(results: Sequence[_ToolResult], limit: int, max_chars: int) ->
     return [line for _, _, line in sorted(chosen)]
 
 
-def _collapse(names: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for name in names:
-        if not out or out[-1] != name:
-            out.append(name)
+def _clean(message: Mapping[str, Any]) -> dict[str, Any]:
+    """A trajectory message as the openai-chat adapter takes it: the user simulator's stop
+    marker removed, and ``tool_calls`` that older logs kept as a JSON string parsed."""
+    out = dict(message)
+    if out.get("role") == "user" and isinstance(out.get("content"), str):
+        out["content"] = out["content"].replace(_STOP_MARKER, "").strip()
+    calls = out.get("tool_calls")
+    if isinstance(calls, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else the adapter names the field
+            out["tool_calls"] = json.loads(calls)
     return out
 
 
-def _episode(
-    item: Mapping[str, Any],
-    *,
-    tenant_id: str,
-    namespace: str,
-    occurred_at: datetime,
-    rules: Sequence[FieldRule],
-    max_text_chars: int,
-    max_observations: int,
-) -> dict[str, Any]:
-    task_id, trial = item["task_id"], item["trial"]
-    messages = [m for m in item.get("traj") or [] if isinstance(m, Mapping)]
-    user_turns = [t for m in messages if m.get("role") == "user" if (t := _message_text(m))]
-
-    called: list[str] = []
+def _tool_results(messages: Sequence[Mapping[str, Any]]) -> list[_ToolResult]:
+    """(tool name, result text) of each tool message, the name read from its call."""
     name_of_call: dict[str, str] = {}
     results: list[_ToolResult] = []
     for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            for name, call_id in _tool_calls(message):
-                called.append(name)
-                if call_id:
-                    name_of_call[str(call_id)] = name
-        elif role == "tool":
-            name = message.get("name") or name_of_call.get(str(message.get("tool_call_id")))
+        if message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list):
+            for call in message["tool_calls"]:
+                function = call.get("function") if isinstance(call, Mapping) else None
+                if isinstance(function, Mapping) and call.get("id"):
+                    name_of_call[str(call["id"])] = str(function.get("name"))
+        elif message.get("role") == "tool":
+            name = name_of_call.get(str(message.get("tool_call_id"))) or message.get("name")
             content = message.get("content")
             results.append(
                 _ToolResult(str(name or "tool"), "" if content is None else str(content))
             )
+    return results
 
+
+def tau_session(
+    item: Mapping[str, Any], *, tenant_id: str, namespace: str, started_at: datetime
+) -> dict[str, Any]:
+    """One tau-bench run as an ``openai-chat`` session line (what ``memctl ingest --from
+    openai-chat`` reads): its ``traj`` messages, the run's user, and the outcome from its
+    ``reward`` (1.0 success, anything else failure). Nothing of ``info.task`` but the user id
+    (the conversation's own subject) goes in."""
     user_id = ((item.get("info") or {}).get("task") or {}).get("user_id") or "unknown"
     reward = item.get("reward")
     success = isinstance(reward, int | float) and float(reward) == 1.0
     return {
-        "episode_id": f"tau-{task_id}-{trial}",
+        "session_id": f"task{item['task_id']}-trial{item['trial']}",
         "tenant_id": tenant_id,
         "subject_id": str(user_id),
         "namespace": namespace,
-        "session_id": f"task{task_id}-trial{trial}",
-        "occurred_at": _rfc3339(occurred_at),
-        "source_role": "agent",
-        "goal": _truncate(user_turns[0], 1000) if user_turns else None,
-        "actions": _collapse(called),
+        "started_at": _rfc3339(started_at),
         "outcome": "success" if success else "failure",
-        "conditions": extract_conditions(((r.name, r.content) for r in results), rules),
-        "observations": _observations(results, max_observations, 200),
-        "text": _truncate("\n".join(user_turns), max_text_chars) if user_turns else None,
-        "claims": [],
+        "messages": [_clean(m) for m in item.get("traj") or []],
     }
+
+
+def _enricher(
+    session: Mapping[str, Any],
+    rules: Sequence[FieldRule],
+    max_text_chars: int,
+    max_observations: int,
+) -> Callable[[dict[str, Any]], None]:
+    """What the evaluation adds to a trajectory: conditions and digests read from the tool
+    results with the data set's rules, and the user's turns as its text."""
+
+    def enrich(trajectory: dict[str, Any]) -> None:
+        messages = [m for m in session["messages"] if isinstance(m, Mapping)]
+        results = _tool_results(messages)
+        user_turns = [t for m in messages if m.get("role") == "user" if (t := _message_text(m))]
+        trajectory["conditions"] = {
+            **trajectory["conditions"],
+            **extract_conditions(((r.name, r.content) for r in results), rules),
+        }
+        trajectory["observations"] = _observations(results, max_observations, 200)
+        if user_turns:
+            trajectory["text"] = _truncate("\n".join(user_turns), max_text_chars)
+
+    return enrich
 
 
 def convert_tau_bench(
@@ -383,31 +397,44 @@ def convert_tau_bench(
     max_text_chars: int = 2000,
     max_observations: int = 6,
 ) -> TauConversion:
-    """One episode per run (task_id, trial); ``occurred_at`` is ``start`` + the run's index in
-    minutes, so the output is the same on every call. Runs without ``task_id``/``trial`` are
-    listed in ``skipped``."""
+    """Each run (task_id, trial) through the ``openai-chat`` adapter: one episode per message
+    and one trajectory episode (goal, the tool calls with their arguments, outcome), which the
+    data set's condition rules and digests enrich. The session starts at ``start`` + the run's
+    index in minutes, so the output is the same on every call. Runs without
+    ``task_id``/``trial``, repeated runs and runs the adapter refuses are listed in
+    ``skipped``."""
     episodes: list[dict[str, Any]] = []
+    trajectories: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []
     intents: dict[str, str] = {}
     tasks: dict[str, str] = {}
     skipped: list[str] = []
+    seen: set[str] = set()
     for index, item in enumerate(items):
         if item.get("task_id") is None or item.get("trial") is None:
             skipped.append(f"item {index}: no task_id/trial")
             continue
-        episode = _episode(
+        session = tau_session(
             item,
             tenant_id=tenant_id,
             namespace=namespace,
-            occurred_at=start + timedelta(minutes=index),
-            rules=condition_rules,
-            max_text_chars=max_text_chars,
-            max_observations=max_observations,
+            started_at=start + timedelta(minutes=index),
         )
-        episode_id = episode["episode_id"]
-        if episode_id in tasks:
-            skipped.append(f"item {index}: duplicate {episode_id}")
+        if session["session_id"] in seen:
+            skipped.append(f"item {index}: duplicate {session['session_id']}")
             continue
-        episodes.append(episode)
-        intents[episode_id] = intent_label(item)
-        tasks[episode_id] = str(item["task_id"])
-    return TauConversion(episodes, intents, tasks, skipped)
+        seen.add(session["session_id"])
+        enrich = _enricher(session, condition_rules, max_text_chars, max_observations)
+        try:
+            adapted = adapt_session(index + 1, session, TranscriptFormat.openai_chat, enrich=enrich)
+        except TranscriptError as exc:
+            skipped.append(f"item {index}: {exc}")
+            continue
+        sessions.append(session)
+        episodes += adapted.episodes
+        for episode in adapted.episodes:
+            tasks[episode["episode_id"]] = str(item["task_id"])
+        if adapted.trajectory is not None:
+            trajectories.append(adapted.trajectory)
+            intents[adapted.trajectory["episode_id"]] = intent_label(item)
+    return TauConversion(episodes, intents, tasks, skipped, trajectories, sessions)

@@ -1,6 +1,7 @@
 """Measure clustering and counterexample mining on tau-bench trajectories.
 
-The pipeline sees only converted episodes (goal, tools called, conditions from tool results);
+The pipeline sees only what the ``openai-chat`` adapter makes of each run (message episodes and
+one trajectory per run: goal, tool calls with arguments, conditions from tool results);
 the gold intents (sets of gold action names) are used here, after the fact, to score:
 ARI and NMI of our clusters against intents, the same for k-means given the true number of
 intents on the same vectors (a strong baseline: it is told k), and how many failed trials end
@@ -78,7 +79,7 @@ def evaluate_tau_bench(
         mine_partition(stores, settings, ctx, partition)
 
     members = {m: c["cluster_id"] for c in list_clusters(stores.meta) for m in c["member_ids"]}
-    ids = [e["episode_id"] for e in conversion.episodes]
+    ids = [e["episode_id"] for e in conversion.trajectories]  # runs, not their messages
     truth = [conversion.intent_of_episode[i] for i in ids]
     ours = [members.get(i, f"unclustered:{i}") for i in ids]
 
@@ -90,7 +91,7 @@ def evaluate_tau_bench(
     k = len(set(truth))
     kmeans = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(matrix)
 
-    outcome = {e["episode_id"]: e["outcome"] for e in conversion.episodes}
+    outcome = {e["episode_id"]: e["outcome"] for e in conversion.trajectories}
     failed = [i for i in ids if outcome[i] == "failure"]
     candidates = list_candidates(stores.meta)
     in_intent: set[str] = set()

@@ -48,7 +48,8 @@ def test_tau_bench_subset_through_the_cli(tmp_path: Path) -> None:
     assert report["embedder"].startswith("hash")
     assert "--path" in report["command"]
     tau = report["datasets"]["tau-bench"]
-    assert tau["episodes"] == len(subset) and tau["planted_secrets"] >= 1
+    assert tau["sessions"] == tau["trajectories"] == len(subset)
+    assert tau["episodes"] > len(subset) and tau["planted_secrets"] >= 1  # + one per message
     assert tau["write_quality"]["planted"] == tau["planted_secrets"]
     assert tau["retrieval"]["queries"] == 2  # one per task
     assert tau["retrieval"]["ablation"]["no_memory"]["recall_at_k"] == 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,27 +128,43 @@ def items() -> list[dict[str, Any]]:
     ]
 
 
-def test_maps_one_episode_per_trajectory(items: list[dict[str, Any]]) -> None:
+def test_maps_each_run_through_the_openai_chat_adapter(items: list[dict[str, Any]]) -> None:
     conv = convert_tau_bench(items)
-    ok, failed = conv.episodes
-    assert ok["episode_id"] == "tau-7-0" and failed["episode_id"] == "tau-7-1"
+    ok, failed = conv.trajectories
+    assert ok["episode_id"].endswith("-trajectory") and ok["episode_id"] != failed["episode_id"]
     assert ok["tenant_id"] == "tau-airline" and ok["namespace"] == "airline"
     assert ok["subject_id"] == "ada_lovelace_1815"
     assert ok["session_id"] == "task7-trial0"
     assert ok["source_role"] == "agent"
     assert (ok["outcome"], failed["outcome"]) == ("success", "failure")
-    assert ok["occurred_at"] == "2026-01-01T00:00:00Z"
-    assert failed["occurred_at"] == "2026-01-01T00:01:00Z"
     assert ok["goal"] == "Hi, I want to cancel my trip to Seattle."
-    # repeated get_reservation_details collapses to one
-    assert ok["actions"] == ["get_user_details", "get_reservation_details", "cancel_reservation"]
+    # the tool calls, in order, with their arguments (nothing collapsed)
+    assert ok["actions"] == [
+        {"tool": "get_user_details", "args": {"user_id": "ada_lovelace_1815"}},
+        {"tool": "get_reservation_details", "args": {"reservation_id": "ABC123"}},
+        {"tool": "get_reservation_details", "args": {"reservation_id": "ABC123"}},
+        {"tool": "cancel_reservation", "args": {"reservation_id": "ABC123"}},
+    ]
     assert "vector" not in ok
+    # one episode per message too; the run's first message is at its session's start
+    first = [e for e in conv.episodes if e["session_id"] == "task7-trial0"]
+    assert [e["source_role"] for e in first] == [
+        "system", "user", "agent", "user", "agent", "tool", "agent", "tool", "agent", "tool",
+        "agent", "user", "agent", "tool", "user", "agent",
+    ]  # fmt: skip
+    assert first[0]["occurred_at"] == "2026-01-01T00:00:00.000000Z"
+    assert first[-1] is ok and ok["occurred_at"] > first[-2]["occurred_at"]
+    assert min(e["occurred_at"] for e in conv.episodes if e["session_id"] == "task7-trial1") == (
+        "2026-01-01T00:01:00.000000Z"
+    )
+    assert all("actions" not in e for e in conv.episodes if e is not ok and e is not failed)
+    assert len(conv.sessions) == 2 and conv.sessions[0]["outcome"] == "success"
     for episode in conv.episodes:
         Episode.model_validate(episode)
 
 
 def test_conditions_come_from_tool_results(items: list[dict[str, Any]]) -> None:
-    ok, failed = convert_tau_bench(items).episodes
+    ok, failed = convert_tau_bench(items).trajectories
     assert ok["conditions"] == {
         "membership": "gold",
         "payment_methods": "credit_card,gift_card",
@@ -170,7 +187,8 @@ def test_conditions_come_from_tool_results(items: list[dict[str, Any]]) -> None:
 
 
 def test_text_is_the_user_side_only(items: list[dict[str, Any]]) -> None:
-    ok = convert_tau_bench(items).episodes[0]
+    conv = convert_tau_bench(items)
+    ok = conv.trajectories[0]
     assert ok["text"].splitlines() == [
         "Hi, I want to cancel my trip to Seattle.",
         "It is ada_lovelace_1815.",
@@ -178,13 +196,13 @@ def test_text_is_the_user_side_only(items: list[dict[str, Any]]) -> None:
         "Thanks!",
     ]
     assert "ASSISTANT-ONLY-TEXT" not in ok["text"]
-    assert "###STOP###" not in json.dumps(ok)
+    assert "###STOP###" not in json.dumps(conv.episodes)
 
 
 def test_text_is_truncated() -> None:
     item = _item(0, 1.0, cancel_result={})
     item["traj"].insert(2, {"role": "user", "content": "x" * 5000})
-    episode = convert_tau_bench([item]).episodes[0]
+    episode = convert_tau_bench([item]).trajectories[0]
     assert len(episode["text"]) <= 2000
     Episode.model_validate(episode)
 
@@ -195,11 +213,13 @@ def test_gold_actions_and_instruction_never_leak(items: list[dict[str, Any]]) ->
     for secret in (GOLD_MARKER, GOLD_VALUE, "9917", "SECRET-INSTRUCTION", INSTRUCTION):
         assert secret not in dumped
     # the labels are still there, beside the episodes, for scoring
+    ok, failed = (t["episode_id"] for t in conv.trajectories)
     assert conv.intent_of_episode == {
-        "tau-7-0": f"cancel_reservation|{GOLD_MARKER}",
-        "tau-7-1": f"cancel_reservation|{GOLD_MARKER}",
+        ok: f"cancel_reservation|{GOLD_MARKER}",
+        failed: f"cancel_reservation|{GOLD_MARKER}",
     }
-    assert conv.task_of_episode == {"tau-7-0": "7", "tau-7-1": "7"}
+    assert set(conv.task_of_episode) == {e["episode_id"] for e in conv.episodes}
+    assert set(conv.task_of_episode.values()) == {"7"}
 
 
 def test_deterministic_and_input_untouched(items: list[dict[str, Any]]) -> None:
@@ -216,10 +236,11 @@ def test_options_are_honoured(items: list[dict[str, Any]]) -> None:
     conv = convert_tau_bench(items, tenant_id="t", namespace="ns", start=start)
     assert {e["tenant_id"] for e in conv.episodes} == {"t"}
     assert {e["namespace"] for e in conv.episodes} == {"ns"}
-    assert [e["occurred_at"] for e in conv.episodes] == [
-        "2030-06-01T12:00:00Z",
-        "2030-06-01T12:01:00Z",
-    ]
+    starts = sorted(
+        min(e["occurred_at"] for e in conv.episodes if e["session_id"] == s["session_id"])
+        for s in conv.sessions
+    )
+    assert starts == ["2030-06-01T12:00:00.000000Z", "2030-06-01T12:01:00.000000Z"]
 
 
 def test_tool_calls_as_json_string_and_result_without_name() -> None:
@@ -229,9 +250,26 @@ def test_tool_calls_as_json_string_and_result_without_name() -> None:
             message["tool_calls"] = json.dumps(message["tool_calls"])
         if message["role"] == "tool":
             del message["name"]
-    episode = convert_tau_bench([item]).episodes[0]
-    assert episode["actions"][0] == "get_user_details"
+    conv = convert_tau_bench([item])
+    episode = conv.trajectories[0]
+    assert episode["actions"][0] == {
+        "tool": "get_user_details",
+        "args": {"user_id": "ada_lovelace_1815"},
+    }
     assert episode["conditions"]["membership"] == "gold"
+    tools = [e for e in conv.episodes if e["source_role"] == "tool"]
+    assert tools[0]["conditions"] == {"tool": "get_user_details"}  # named from the call
+
+
+def test_malformed_tool_arguments_skip_the_run_with_the_reason() -> None:
+    bad = _item(0, 1.0, cancel_result={})
+    bad["traj"][4]["tool_calls"][0]["function"]["arguments"] = '{"user_id": '
+    conv = convert_tau_bench([bad, _item(1, 0.0, cancel_result={})])
+    assert len(conv.trajectories) == 1
+    assert conv.skipped == [
+        "item 0: line 1: messages[4].tool_calls[0].function.arguments: not valid JSON: "
+        "Expecting value: line 1 column 13 (char 12)"
+    ]
 
 
 def test_extractor_is_generic() -> None:
@@ -288,17 +326,27 @@ def _scalars(node: Any) -> list[str]:
 
 def test_real_file_converts_and_validates(real_items: list[dict[str, Any]]) -> None:
     conv = convert_tau_bench(real_items)
-    assert len(conv.episodes) == 100
+    assert len(conv.trajectories) == 100
     assert not conv.skipped
-    assert len({e["episode_id"] for e in conv.episodes}) == 100
+    assert len({e["episode_id"] for e in conv.episodes}) == len(conv.episodes)
     for episode in conv.episodes:
         Episode.model_validate(episode)
+    for episode in conv.trajectories:
         assert len(episode["conditions"]) <= 12
         assert len(episode["text"] or "") <= 2000
+    messages = sum(len(item["traj"]) for item in real_items)
+    roles = Counter(e["source_role"] for e in conv.episodes if e not in conv.trajectories)
+    # every message but the 15 user turns that held only the stop marker
+    assert roles == {"system": 100, "user": 845, "agent": 1381, "tool": 621}
+    assert sum(roles.values()) == messages - 15
     assert len(set(conv.task_of_episode.values())) == 25
     assert len(set(conv.intent_of_episode.values())) == 14
-    assert sum(e["outcome"] == "success" for e in conv.episodes) == 31
-    assert sum(bool(e["conditions"]) for e in conv.episodes) >= 75
+    assert sum(e["outcome"] == "success" for e in conv.trajectories) == 31
+    assert sum(bool(e["conditions"]) for e in conv.trajectories) >= 75
+    calls = sum(
+        1 for m in (m for i in real_items for m in i["traj"]) for _ in m.get("tool_calls") or []
+    )
+    assert sum(len(e["actions"]) for e in conv.trajectories) == calls
 
 
 def test_real_file_leaks_nothing_from_the_gold(real_items: list[dict[str, Any]]) -> None:
@@ -308,15 +356,19 @@ def test_real_file_leaks_nothing_from_the_gold(real_items: list[dict[str, Any]])
     """
     conv = convert_tau_bench(real_items)
     leaks: list[tuple[str, str]] = []
-    for item, episode in zip(real_items, conv.episodes, strict=True):
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for episode in conv.episodes:
+        by_session.setdefault(episode["session_id"], []).append(episode)
+    for item, session in zip(real_items, conv.sessions, strict=True):
+        fields = ("goal", "actions", "conditions", "observations", "text")
         content = json.dumps(
-            {k: episode[k] for k in ("goal", "actions", "conditions", "observations", "text")},
+            [{k: e.get(k) for k in fields} for e in by_session[session["session_id"]]],
             ensure_ascii=False,
         )
-        run = json.dumps([m for m in item["traj"] if m.get("role") != "system"], ensure_ascii=False)
+        run = json.dumps(item["traj"], ensure_ascii=False)  # the system prompt is the run's too
         for action in item["info"]["task"]["actions"]:
             for value in [action["name"], *_scalars(action.get("kwargs"))]:
                 if len(value) >= 3 and value in content and value not in run:
-                    leaks.append((episode["episode_id"], value))
+                    leaks.append((session["session_id"], value))
         assert item["info"]["task"]["instruction"] not in content
     assert leaks == []

@@ -1,0 +1,190 @@
+"""``memctl ingest FILE --from openai-chat | anthropic-messages``: sessions through the write path.
+
+Each line is adapted (``adapt_line``) and every episode it yields is validated with the same
+exact path ingest uses, so a session is good or bad as a whole: a bad session is reported (line,
+message index, field) and, with ``quarantine``, kept whole in the quarantine table (redacted),
+never half-written. The good sessions' episodes then go through ``ingest_records``: the same
+gate (secrets redacted in text and tool arguments, no authority for tool or agent claims), the
+same idempotency (deterministic ids: a re-ingest is a no-op, a changed session a conflict) and
+the same single commit. Errors from that path name the transcript line and message, not the
+episode's position in the generated list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.context import RunContext
+from memory_core.embed import Embedder
+from memory_core.errors import EpisodeConflict, FieldError, ValidationFailed
+from memory_core.stages.ingest import _write_quarantine, ingest_records
+from memory_core.stages.ingest_fast import exact_line
+from memory_core.stores import Stores
+from memory_core.transcripts import Adapted, TranscriptError, TranscriptFormat, adapt_line
+
+__all__ = ["TranscriptIngestResult", "ingest_transcripts", "read_sessions"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TranscriptIngestResult:
+    """What ``ingest --from <chat format>`` did: per session line, and per episode written."""
+
+    path: str
+    format: str
+    lines: int = 0
+    sessions: int = 0
+    episodes: int = 0
+    trajectories: int = 0
+    episodes_by_role: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    inserted: int = 0
+    unchanged: int = 0
+    quarantined: int = 0
+    embedded: int = 0
+    embed_cache_hits: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+    claims_without_authority: int = 0
+    errors: list[FieldError] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "errors"}
+        out["errors"] = [str(e) for e in self.errors]
+        return out
+
+
+@dataclass
+class Sessions:
+    """The adapted good lines, and the bad ones with their reasons and raw text."""
+
+    good: list[Adapted]
+    errors: list[FieldError]
+    bad_raw: dict[int, str]
+    lines: int
+
+
+def _check(adapted: Adapted) -> list[FieldError]:
+    """Every episode of a session through ingest's exact validation; errors name the message."""
+    errors: list[FieldError] = []
+    for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
+        _, _, errs = exact_line(adapted.line, json.dumps(episode, ensure_ascii=False), None)
+        errors += [
+            FieldError(adapted.line, f"{origin} -> episode {e.field}", e.reason, e.record_id)
+            for e in errs
+        ]
+    return errors
+
+
+def read_sessions(path: Path, fmt: TranscriptFormat) -> Sessions:
+    """Adapt and validate every non-blank line of ``path``; never raises on bad lines."""
+    good: list[Adapted] = []
+    errors: list[FieldError] = []
+    bad_raw: dict[int, str] = {}
+    count = 0
+    for number, data in enumerate(Path(path).read_bytes().split(b"\n"), start=1):
+        try:
+            raw = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            errors.append(FieldError(number, "(line)", f"not UTF-8 text: {exc.reason}"))
+            bad_raw[number] = data.decode("utf-8", errors="replace")
+            count += 1
+            continue
+        if not raw.strip():
+            continue
+        count += 1
+        try:
+            adapted = adapt_line(number, raw, fmt)
+        except TranscriptError as exc:
+            errors.append(exc.error)
+            bad_raw[number] = raw
+            continue
+        problems = _check(adapted)
+        if problems:
+            errors += problems
+            bad_raw[number] = raw
+            continue
+        good.append(adapted)
+    return Sessions(good, errors, bad_raw, count)
+
+
+def ingest_transcripts(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    path: Path,
+    *,
+    fmt: TranscriptFormat,
+    embedder: Embedder,
+    quarantine: bool = False,
+) -> TranscriptIngestResult:
+    """Ingest one JSONL file of sessions; all-or-nothing unless ``quarantine``."""
+    source = str(path)
+    sessions = read_sessions(path, fmt)
+    if sessions.errors and not quarantine:
+        raise ValidationFailed(source, sessions.errors)
+    records: list[str] = []
+    origins: list[tuple[int, str]] = []
+    roles: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    for adapted in sessions.good:
+        for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
+            records.append(json.dumps(episode, ensure_ascii=False))
+            origins.append((adapted.line, origin))
+            if origin != "trajectory":
+                roles[episode["source_role"]] += 1
+        if adapted.trajectory is not None:
+            outcomes[adapted.trajectory["outcome"]] += 1
+
+    def where(error: FieldError) -> FieldError:
+        line, origin = origins[error.line - 1]
+        return FieldError(line, f"{origin} -> episode {error.field}", error.reason, error.record_id)
+
+    try:
+        written = ingest_records(
+            stores, settings, ctx, records, embedder=embedder, quarantine=quarantine,
+            source=source,
+        )  # fmt: skip
+    except ValidationFailed as exc:
+        raise ValidationFailed(source, [where(e) for e in exc.errors]) from None
+    except EpisodeConflict as exc:
+        conflicts = [(origins[line - 1][0], eid) for line, eid in exc.conflicts]
+        raise EpisodeConflict(source, conflicts) from None
+    result = TranscriptIngestResult(
+        path=source,
+        format=fmt.value,
+        lines=sessions.lines,
+        sessions=len(sessions.good),
+        episodes=len(records),
+        trajectories=sum(a.trajectory is not None for a in sessions.good),
+        episodes_by_role=dict(sorted(roles.items())),
+        outcomes=dict(sorted(outcomes.items())),
+        inserted=written.inserted,
+        unchanged=written.unchanged,
+        embedded=written.embedded,
+        embed_cache_hits=written.embed_cache_hits,
+        redactions=written.redactions,
+        claims_without_authority=written.claims_without_authority,
+        errors=sessions.errors + [where(e) for e in written.errors],
+    )
+    if quarantine:
+        result.quarantined = written.quarantined + _write_quarantine(
+            stores, ctx, source, sessions.errors, sessions.bad_raw
+        )
+    logger.info(
+        "ingest --from %s %s run=%s sessions=%d episodes=%d inserted=%d quarantined=%d",
+        fmt.value,
+        path.name,
+        ctx.run_id,
+        result.sessions,
+        result.episodes,
+        result.inserted,
+        result.quarantined,
+    )
+    return result
