@@ -28,6 +28,7 @@ __all__ = [
     "ClaimsConfig",
     "ClusterConfig",
     "EmbedConfig",
+    "ExtractConfig",
     "ForgetConfig",
     "ForgetPolicy",
     "IngestConfig",
@@ -106,6 +107,42 @@ class ClaimsConfig(BaseModel):
     min_statements: int = Field(default=2, ge=1, description="statements before a preference")
     explicit_change_markers: list[str] = Field(
         default_factory=lambda: ["from now on", "actually", "instead", "changed", "no longer"]
+    )
+
+
+class ExtractConfig(BaseModel):
+    """Fact extraction from raw conversations (stages/extract): what is sent, how facts count.
+
+    The model, timeouts, polling, prices and the per-run budget are ``[score]``'s: one
+    Anthropic account, one price table, one ceiling per stage run.
+    """
+
+    model_config = _SECTION
+    enabled: bool = Field(default=True, description="run when ANTHROPIC_API_KEY or replay is set")
+    replay: str = Field(
+        default="", description="JSONL of recorded answers keyed by custom_id (no API call)"
+    )
+    prompt_version: str = "1"
+    max_tokens: int = Field(default=2000, ge=64, description="output tokens per request")
+    roles: list[Literal["user", "agent", "tool", "system"]] = Field(
+        default_factory=lambda: ["user", "agent"],
+        description="episodes of these roles are sent (tool output and system prompts are not)",
+    )
+    max_chars_user: int = Field(default=2000, ge=20, description="a user turn is cut here")
+    max_chars_other: int = Field(
+        default=200, ge=0, description="an agent turn (context for the user's answers) is cut here"
+    )
+    max_request_chars: int = Field(
+        default=24_000, ge=500, description="sessions are packed into one request up to this"
+    )
+    max_sessions_per_request: int = Field(default=20, ge=1)
+    min_sessions: int = Field(default=2, ge=1, description="distinct sessions before proposal")
+    min_episodes: int = Field(default=2, ge=1, description="distinct episodes before proposal")
+    single_statement_min_importance: int = Field(
+        default=4, ge=1, le=6, description="a lone self-statement this important is proposed"
+    )
+    merge_similarity: float = Field(
+        default=0.9, ge=0, le=1, description="cosine of predicate+object at which facts merge"
     )
 
 
@@ -413,6 +450,7 @@ class Settings(BaseSettings):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     claims: ClaimsConfig = Field(default_factory=ClaimsConfig)
+    extract: ExtractConfig = Field(default_factory=ExtractConfig)
     score: ScoreConfig = Field(default_factory=ScoreConfig)
     review: ReviewConfig = Field(default_factory=ReviewConfig)
     forget: ForgetConfig = Field(default_factory=ForgetConfig)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -62,6 +62,12 @@ class Statement:
     occurred_at: datetime
     explicit: bool
     content_hash: str | None = None
+    session_id: str | None = None
+    extracted: bool = False  # from stages/extract, not a claim the writing agent structured
+    importance: int | None = None  # the extraction's 1-5 importance, when it gave one
+
+
+Proposal = Callable[[Sequence["Statement"]], bool]
 
 
 @dataclass
@@ -156,6 +162,9 @@ def _statements(
                     occurred_at=ep["occurred_at"],
                     explicit=bool(markers and markers.search(said)),
                     content_hash=ep.get("content_hash"),
+                    session_id=ep.get("session_id"),
+                    extracted=bool(claim.get("extracted")),
+                    importance=claim.get("importance"),
                 )
             )
     return out
@@ -187,10 +196,14 @@ def _candidate(
     *,
     namespace: str,
     version: str,
+    proposal: Proposal | None = None,
 ) -> Candidate | None:
     mine = [s for s in group.statements if s.key == key]
     set_by_change = any(group.statements[i].key == key for i in changes)
-    if len(mine) < config.min_statements and not set_by_change:
+    enough = len(mine) >= config.min_statements
+    if proposal is not None and any(s.extracted for s in mine):
+        enough = proposal(mine)  # extracted facts count sessions and episodes instead
+    if not enough and not set_by_change:
         return None
     first = group.statements.index(mine[0])
     since = group.statements[first:]
@@ -248,6 +261,15 @@ def _candidate(
                 group.statements[changes[-1]] if current and changes else mine[0]
             ).occurred_at.isoformat(),
             "last_stated_at": mine[-1].occurred_at.isoformat(),
+            **(
+                {
+                    "extracted": True,
+                    "sessions": len({s.session_id or s.episode_id for s in mine}),
+                    "importance_extracted": max((s.importance or 0) for s in mine) or None,
+                }
+                if any(s.extracted for s in mine)
+                else {}
+            ),
         },
         supersedes=supersedes,
         policy_version=version,
@@ -274,11 +296,14 @@ def aggregate_claims(
     tenant_id: str,
     namespace: str,
     policy_version: str,
+    proposal: Proposal | None = None,
 ) -> ClaimsResult:
     """Preference candidates of one partition from its episodes (dicts as Lance returns them).
 
     Each episode needs ``episode_id``, ``subject_id``, ``source_role``, ``occurred_at``,
-    ``claims`` (JSON or list) and optionally ``text`` and ``content_hash``.
+    ``claims`` (JSON or list) and optionally ``text``, ``content_hash`` and ``session_id``.
+    ``proposal`` decides, instead of ``min_statements``, for objects with extracted
+    statements (``stages/extract/statements.py``).
     """
     result = ClaimsResult()
     statements = _statements(episodes, _markers(config), result)
@@ -292,7 +317,8 @@ def aggregate_claims(
         result.groups.append(group)
         for key in sorted(group.counts):
             cand = _candidate(
-                group, key, changes, config, namespace=namespace, version=policy_version
+                group, key, changes, config, namespace=namespace, version=policy_version,
+                proposal=proposal,
             )
             if cand is not None:
                 result.candidates.append(cand)

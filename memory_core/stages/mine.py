@@ -50,6 +50,7 @@ from memory_core.models import (
 )
 from memory_core.stages.claims import aggregate_claims
 from memory_core.stages.counterexamples import PatternFinding, format_conditions, mine_cluster
+from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
 from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
@@ -357,12 +358,15 @@ def mine_partition(
     procedural, twins, result.clusters, clusters = _mine_clusters(
         stores, settings, partition, episodes
     )
+    # facts extracted from conversations (stages/extract) enter as claims on their evidence
+    extracted = extracted_claim_rows(stores, partition)
     claims = aggregate_claims(
-        episodes,
+        [*episodes, *extracted],
         settings.claims,
         tenant_id=partition.tenant_id,
         namespace=partition.namespace,
         policy_version=settings.policy.version,
+        proposal=proposal_rule(settings.extract),
     )
     candidates = [*procedural, *twins, *claims.candidates]
     produced = {c.candidate_id for c in candidates}

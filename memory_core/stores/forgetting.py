@@ -118,6 +118,12 @@ SUBJECT_TABLES: dict[str, TableRule] = {
     ),
     "canaries": TableRule("none", (), "procedure versions and outcome counts, no subject ids"),
     "leases": TableRule("none", (), "which run (pid, host) holds the home"),
+    "extract_sessions": TableRule(
+        "delete", ("session_key",), "done marks of sessions with the subject's extracted facts"
+    ),
+    "extracted_facts": TableRule(
+        "delete", ("subject_id", "evidence"), "facts about the subject or resting on its records"
+    ),
 }
 
 FORGOTTEN = "[forgotten]"
@@ -319,10 +325,42 @@ def purge_subject_rows(
         "OR list_contains(?, record_id)",
         [ids, ids],
     )
+    _purge_extracted(run, subject_id=subject_id, tenant=tenant, tparams=tparams, ids=ids)
     counts["audit_log+receipts scrubbed"] = _scrub_audit(con, [subject_id, *ids], tenant_id)
     for table in [t for t, n in counts.items() if not n]:
         del counts[table]
     return counts
+
+
+_EXTRACTED_HIT = (
+    "(subject_id = ? {tenant}) OR len(list_intersect(CAST(evidence AS VARCHAR[]), ?)) > 0"
+)
+
+
+def _purge_extracted(
+    run: Any, *, subject_id: str, tenant: str, tparams: list[Any], ids: list[str]
+) -> None:
+    """Extracted facts about the subject or evidenced by its records, the done marks of their
+    sessions (re-extracted from what is left) and cached extraction answers naming it."""
+    hit = _EXTRACTED_HIT.format(tenant=tenant)
+    params = [subject_id, *tparams, ids]
+    sessions = (
+        "SELECT custom_id FROM extract_sessions WHERE (tenant_id, namespace, session_key) IN "
+        f"(SELECT tenant_id, namespace, session_key FROM extracted_facts WHERE {hit})"
+    )
+    run(
+        "score_cache",
+        "DELETE FROM score_cache WHERE prompt_version LIKE 'extract%' AND "
+        f"(contains(body::VARCHAR, ?) OR candidate_id IN ({sessions}))",
+        [json.dumps(subject_id), *params],
+    )
+    run(
+        "extract_sessions",
+        "DELETE FROM extract_sessions WHERE (tenant_id, namespace, session_key) IN "
+        f"(SELECT tenant_id, namespace, session_key FROM extracted_facts WHERE {hit})",
+        params,
+    )
+    run("extracted_facts", f"DELETE FROM extracted_facts WHERE {hit}", params)
 
 
 def purge_record_rows(
@@ -349,6 +387,14 @@ def purge_record_rows(
             if before:
                 con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT k FROM {keys})")
                 counts[table] = before - _count(con, table)
+        before = _count(con, "extracted_facts")
+        if before:  # tentative facts resting on a deleted episode go with it
+            con.execute(
+                "DELETE FROM extracted_facts WHERE fact_id IN (SELECT fact_id FROM (SELECT "
+                "fact_id, unnest(CAST(evidence AS VARCHAR[])) AS e FROM extracted_facts) "
+                "JOIN _gone_ids ON e = k)"
+            )
+            counts["extracted_facts"] = before - _count(con, "extracted_facts")
     finally:
         con.unregister("_gone_ids")
         con.unregister("_gone_hashes")

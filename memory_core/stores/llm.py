@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -63,6 +63,10 @@ OPEN_STATUSES = (BatchStatus.submitted, BatchStatus.in_progress, BatchStatus.end
 # Prompt versions of digest-summary batches (stages/digest_summary.py) start with this; the
 # score stage resumes every other open batch, that stage only its own.
 DIGEST_SUMMARY_PROMPT = "digest-summary"
+# Prompt versions of fact-extraction batches (stages/extract) start with this; same rule.
+EXTRACT_PROMPT = "extract"
+# Batches of these prompts belong to their own stages; the score stage leaves them alone.
+OWN_STAGE_PROMPTS = (DIGEST_SUMMARY_PROMPT, EXTRACT_PROMPT)
 
 
 class CachedScore(BaseModel):
@@ -335,10 +339,12 @@ def record_answers_and_spend(
     *,
     collected: Iterable[str] = (),
     now: datetime,
+    also: Callable[[Any], None] | None = None,
 ) -> None:
     """Cache answers and write their spend in one transaction (``put_cached_scores`` and
     ``record_ledger`` together): a crash between two transactions would leave paid answers
-    cached (so never asked again) with their cost missing from the ledger."""
+    cached (so never asked again) with their cost missing from the ledger. ``also(con)``
+    writes what a stage derives from the answers inside the same transaction."""
     cache = [
         (s.content_hash, s.model, s.prompt_version, s.candidate_id, s.score,
          json.dumps(s.body, sort_keys=True), s.created_at or now)
@@ -346,9 +352,11 @@ def record_answers_and_spend(
     ]  # fmt: skip
     rows = _ledger_rows(entries)
     done = sorted(set(collected))
-    if not (cache or rows or done):
+    if not (cache or rows or done or also):
         return
     with meta.transaction() as con:
+        if also is not None:
+            also(con)
         if cache:
             con.executemany(
                 """INSERT INTO score_cache VALUES (?, ?, ?, ?, ?, ?, ?)

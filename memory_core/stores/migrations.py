@@ -136,4 +136,28 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 expires_at TIMESTAMPTZ NOT NULL)""",
         ],
     ),
+    (
+        6,
+        [
+            # fact extraction (stages/extract): sessions done, under which model and prompt
+            """CREATE TABLE extract_sessions (
+                tenant_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL,
+                session_key VARCHAR NOT NULL, content_hash VARCHAR NOT NULL,
+                model VARCHAR NOT NULL, prompt_version VARCHAR NOT NULL, custom_id VARCHAR,
+                facts INTEGER, run_id VARCHAR, extracted_at TIMESTAMPTZ,
+                PRIMARY KEY (tenant_id, namespace, session_key))""",
+            # extracted facts: tentative evidence for the claims path, never read by agents
+            """CREATE TABLE extracted_facts (
+                fact_id VARCHAR PRIMARY KEY, tenant_id VARCHAR NOT NULL,
+                namespace VARCHAR NOT NULL, subject_id VARCHAR NOT NULL,
+                session_key VARCHAR NOT NULL, predicate VARCHAR NOT NULL, object VARCHAR NOT NULL,
+                kind VARCHAR NOT NULL, valid_from TIMESTAMPTZ, valid_to TIMESTAMPTZ,
+                evidence JSON NOT NULL, self_evidence JSON NOT NULL, authority VARCHAR NOT NULL,
+                speaker_role VARCHAR, importance INTEGER, source VARCHAR NOT NULL,
+                custom_id VARCHAR, model VARCHAR, prompt_version VARCHAR,
+                group_predicate VARCHAR, group_object VARCHAR,
+                run_id VARCHAR, created_at TIMESTAMPTZ)""",
+            "CREATE INDEX extracted_facts_scope ON extracted_facts (tenant_id, namespace)",
+        ],
+    ),
 ]

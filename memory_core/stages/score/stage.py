@@ -58,7 +58,7 @@ from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.candidates import get_candidates, list_candidates, set_candidate_scores
 from memory_core.stores.llm import (
-    DIGEST_SUMMARY_PROMPT,
+    OWN_STAGE_PROMPTS,
     BatchRecord,
     CachedScore,
     get_cached_scores,
@@ -174,7 +174,7 @@ class _ScoreRun:
         records = [
             r
             for r in open_batches(self.stores.meta)
-            if not r.prompt_version.startswith(DIGEST_SUMMARY_PROMPT)
+            if not r.prompt_version.startswith(OWN_STAGE_PROMPTS)
         ]
         if not records:
             return PollResult()

@@ -1,0 +1,102 @@
+"""Extracted facts as claims-path input, and the rule that proposes them.
+
+The claims path (``stages/claims.py``) already knows how statements of one subject about one
+predicate become candidates: it orders them in valid time, resolves explicit changes, makes
+the current object ``pending_score`` and links what it supersedes, and counts statements
+without authority as blocked preference writes. Extracted facts enter that same path as
+claims on their evidence episodes (``extracted_claim_rows``), so contradiction, supersession
+and the audit of blocked writes follow the rules that already exist:
+
+* a fact with ``user_statement`` authority becomes one claim on each episode in which the
+  subject said it (its ``self_evidence``), under its paraphrase group's predicate and object;
+* a fact without authority (an agent's, a tool's or another person's statement about the
+  user) becomes an ``authority: none`` claim on its evidence episodes: blocked and audited,
+  never a preference.
+
+``proposal_rule`` decides when the statements of one object are enough for a candidate:
+``min_sessions`` distinct sessions and ``min_episodes`` distinct episodes, or a single
+explicit statement of the user about themself with importance >= the configured minimum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memory_core.config import ExtractConfig
+from memory_core.context import Partition
+from memory_core.stages.claims import Statement
+from memory_core.stages.extract.rules import norm
+from memory_core.stores import Stores
+from memory_core.stores.extract import extracted_facts
+from memory_core.stores.lance import sql_quote
+
+__all__ = ["extracted_claim_rows", "proposal_rule"]
+
+_COLUMNS = ["episode_id", "subject_id", "session_id", "occurred_at", "source_role", "text",
+            "content_hash"]  # fmt: skip
+
+
+def proposal_rule(config: ExtractConfig) -> Callable[[Sequence[Statement]], bool]:
+    """Whether the statements of one object are enough evidence to propose it."""
+
+    def enough(mine: Sequence[Statement]) -> bool:
+        episodes = {s.episode_id for s in mine}
+        sessions = {s.session_id or s.episode_id for s in mine}
+        if len(sessions) >= config.min_sessions and len(episodes) >= config.min_episodes:
+            return True
+        return any(
+            s.extracted and (s.importance or 0) >= config.single_statement_min_importance
+            for s in mine
+        )
+
+    return enough
+
+
+def _episodes(stores: Stores, partition: Partition, ids: set[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    ordered = sorted(ids)
+    for start in range(0, len(ordered), 500):
+        chunk = ", ".join(sql_quote(i) for i in ordered[start : start + 500])
+        where = (
+            f"tenant_id = {sql_quote(partition.tenant_id)} AND "
+            f"namespace = {sql_quote(partition.namespace)} AND status = 'active' AND "
+            f"episode_id IN ({chunk})"
+        )
+        for row in stores.lance.scan("episodes", where=where, columns=_COLUMNS).to_pylist():
+            out[row["episode_id"]] = row
+    return out
+
+
+def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str, Any]]:
+    """Episode-shaped rows carrying the partition's extracted facts as claims."""
+    facts = extracted_facts(
+        stores.meta, tenant_id=partition.tenant_id, namespace=partition.namespace
+    )
+    if not facts:
+        return []
+    wanted = {e for f in facts for e in (f.self_evidence if f.authority != "none" else f.evidence)}
+    episodes = _episodes(stores, partition, wanted)
+    claims: dict[str, dict[tuple[str, str, str], dict[str, Any]]] = {}
+    for f in facts:
+        blocked = f.authority == "none"
+        predicate = f.group_predicate or f.predicate
+        obj = f.group_object or f.object
+        for episode_id in f.evidence if blocked else f.self_evidence:
+            if episode_id not in episodes:
+                continue  # forgotten or expired since: its evidence no longer counts
+            key = (predicate, norm(obj), f.authority)
+            mine = claims.setdefault(episode_id, {})
+            best = mine.get(key)
+            if best is None or (f.importance or 0) > (best.get("importance") or 0):
+                mine[key] = {
+                    "predicate": predicate, "object": obj, "span": None,
+                    "authority": f.authority, "extracted": True, "importance": f.importance,
+                    "subject_id": f.subject_id,
+                }  # fmt: skip
+    rows = []
+    for episode_id in sorted(claims):
+        ep = episodes[episode_id]
+        items = list(claims[episode_id].values())
+        rows.append({**ep, "claims": items, "actions": [], "conditions": {}})
+    return rows
