@@ -317,7 +317,12 @@ def aggregate_claims(
         result.groups.append(group)
         for key in sorted(group.counts):
             cand = _candidate(
-                group, key, changes, config, namespace=namespace, version=policy_version,
+                group,
+                key,
+                changes,
+                config,
+                namespace=namespace,
+                version=policy_version,
                 proposal=proposal,
             )
             if cand is not None:

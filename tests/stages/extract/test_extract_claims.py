@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from extract_kit import NOW, TableEmbedder, conversation, extract_answer, ingest, turn
-from hypothesis import given, settings as hyp_settings
+from hypothesis import given
+from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from memory_core.config import Settings
