@@ -13,6 +13,7 @@ Hierarchy::
     │   └── MemoryUnavailable       the Lance store cannot be reached       (transient)
     ├── PolicyRefused               a write the authority rules forbid
     ├── NotFound                    a batch, run or record id that does not exist
+    ├── InvalidRequest              a call that cannot be answered as asked (empty query)
     ├── InvalidReview               a review decision that names an unknown item or a bad edit
     └── ReviewClosed                a review batch that expired or was decided otherwise
 
@@ -145,6 +146,17 @@ class NotFound(TerminalError):
         self.what = what
         self.ident = ident
         super().__init__(f"no {what} {ident!r}" + (f"; {hint}" if hint else ""))
+
+
+class InvalidRequest(TerminalError, ValueError):
+    """Arguments no answer can be given for (an empty query, an empty tenant).
+
+    Also a ``ValueError``, which is what the read path raised for bad arguments before."""
+
+    def __init__(self, *, argument: str, reason: str) -> None:
+        self.argument = argument
+        self.reason = reason
+        super().__init__(f"{argument}: {reason}")
 
 
 class InvalidReview(TerminalError):

@@ -37,7 +37,12 @@ import pyarrow as pa
 
 from memory_core.config import RecallConfig, Settings
 from memory_core.embed import Embedder, make_embedder
-from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
+from memory_core.errors import (
+    DimensionMismatch,
+    InvalidRequest,
+    MemoryUnavailable,
+    StoreError,
+)
 from memory_core.read.access_log import AccessLog, served_entries
 from memory_core.read.canary import in_canary
 from memory_core.read.filters import (
@@ -353,6 +358,14 @@ class Recaller:
         cannot be read, ValueError on bad arguments.
         """
         started = time.perf_counter()
+        if not query.strip():
+            raise InvalidRequest(
+                argument="query", reason="is empty; say what to remember (e.g. 'vpn error 720')"
+            )
+        if not tenant_id.strip():
+            raise InvalidRequest(
+                argument="tenant_id", reason="is empty; recall never reads across tenants"
+            )
         cfg = self.config
         k = cfg.default_k if k is None else k
         budget = cfg.budget_tokens if budget_tokens is None else budget_tokens
@@ -373,7 +386,7 @@ class Recaller:
         )
         types = [MemoryType(memory_type)] if memory_type else list(MemoryType)
         tables = [t for m in types for t in CLASS_TABLES[m]]
-        vector = np.asarray(self.embedder.embed([query or " "])[0], dtype=np.float32)
+        vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         limit = max(cfg.candidates_per_table, k)
         pool, table_info, snaps = self._search(tables, spec, vector, query, limit)
         searched = time.perf_counter()

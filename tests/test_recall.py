@@ -10,6 +10,7 @@ import pytest
 
 from memory_core.config import Settings
 from memory_core.embed import HashEmbedder
+from memory_core.errors import InvalidRequest
 from memory_core.read.indexes import (
     ensure_fts,
     ensure_read_indexes,
@@ -220,6 +221,36 @@ def test_procedures_latest_version_whose_preconditions_hold(lance, memory, embed
     assert ids(missing) == []
     assert "adapter=intel|realtek (state: -)" in missing.query_record["left_out"][-1]["reason"]
     assert ids(memory.recall("fix vpn", state={"os": "macos", "adapter": "intel"}, **ask)) == []
+
+
+def test_state_filters_facts_as_it_filters_procedures(lance, memory, embedder):
+    """A fact true under conditions is left out when the caller's state contradicts them."""
+    write_rows(
+        lance,
+        "facts",
+        [
+            make_row("facts", embedder, "f-win", text="vpn 720 fix", conditions={"os": "win11"}),
+            make_row("facts", embedder, "f-mac", text="vpn 720 fix", conditions={"os": "macos"}),
+            make_row("facts", embedder, "f-any", text="vpn 720 fix"),
+            make_row("facts", embedder, "f-or", text="vpn 720", conditions={"os": ["win11", "x"]}),
+        ],
+    )
+    ask = dict(tenant_id="acme", subject_id="u1", memory_type="semantic", now=NOW)
+    got = memory.recall("vpn 720 fix", state={"os": "win11"}, **ask)
+    assert sorted(ids(got)) == ["f-any", "f-or", "f-win"]
+    reasons = {x["record_id"]: x["reason"] for x in got.query_record["left_out"]}
+    assert reasons["f-mac"] == "condition contradicts state: os=macos (state: win11)"
+    other_key = memory.recall("vpn 720 fix", state={"adapter": "intel"}, **ask)
+    assert len(ids(other_key)) == 4  # a key the state does not name is no contradiction
+    assert len(ids(memory.recall("vpn 720 fix", **ask))) == 4  # no state: no filter
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\t\n"])
+def test_empty_query_is_refused(memory, query):
+    with pytest.raises(InvalidRequest, match="query: is empty"):
+        memory.recall(query, tenant_id="acme", now=NOW)
+    with pytest.raises(ValueError, match="tenant_id: is empty"):  # still a ValueError too
+        memory.recall("vpn", tenant_id=" ", now=NOW)
 
 
 def test_full_text_leg_finds_an_exact_identifier(lance, memory, embedder):

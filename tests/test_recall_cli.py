@@ -102,3 +102,31 @@ def test_usage_and_availability_errors(home, tmp_path, memctl):
     assert missing.stderr.startswith("Error: memory unavailable at ")
     assert missing.stdout == ""
     assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("vpn", "--tenant", ""), "Error: --tenant: is empty; recall never reads across tenants\n"),
+        (("", "--tenant", "acme"), "Error: QUERY: is empty; say what to remember "),
+        (("  ", "--tenant", "acme"), "Error: QUERY: is empty; say what to remember "),
+    ],
+)
+def test_empty_tenant_or_query_is_one_line(home, memctl, args, message):
+    out = memctl("recall", *args, "--format", "json", home=home)
+    assert out.returncode == 1
+    assert out.stderr.startswith(message)
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stdout == ""
+
+
+def test_state_filters_facts_through_the_cli(home, memctl):
+    store = LanceStore(str(home / "lance"))
+    emb = HashEmbedder(384)
+    row = make_row("facts", emb, "f-mac", text="vpn error 720 on mac", conditions={"os": "macos"})
+    write_rows(store, "facts", [row])
+    both = memctl("recall", "vpn error 720", *ASK, "--no-access-log", home=home)
+    assert "f-mac" in [r["record_id"] for r in json.loads(both.stdout)]
+    win = memctl("recall", "vpn error 720", *ASK, "--state", "os=win11", home=home)
+    assert win.returncode == 0, win.stderr
+    assert sorted(r["record_id"] for r in json.loads(win.stdout)) == ["f1", "p1"]

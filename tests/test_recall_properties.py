@@ -4,7 +4,7 @@
    (so the oracle below is the filter, not a second opinion).
 2. No result belongs to another tenant, or to another subject outside the tenant scope, and
    nothing expired, superseded, revoked, deleted or compacted is served for the present,
-   whatever the query text (quotes, SQL, identifiers, empty).
+   whatever the query text (quotes, SQL, identifiers; an empty one is refused).
 3. An as-of query returns the version of a fact that was valid at that time, and only it.
 """
 
@@ -174,7 +174,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Recaller, 
 
 @SETTINGS
 @given(
-    query=st.text(max_size=40) | st.sampled_from(["vpn error 720", "' OR 1=1 --", "ERR_42"]),
+    query=st.text(min_size=1, max_size=40).filter(str.strip)
+    | st.sampled_from(["vpn error 720", "' OR 1=1 --", "ERR_42"]),
     tenant=st.sampled_from(TENANTS),
     subject=st.sampled_from(SUBJECTS),
     offset=st.integers(-20, 60),

@@ -8,6 +8,8 @@ query record lists every candidate, the selections and why each one left out was
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -24,7 +26,7 @@ from memory_core.cli_support import (
     parse_now,
     settings_for,
 )
-from memory_core.errors import MemoryUnavailable
+from memory_core.errors import InvalidRequest, MemoryUnavailable
 from memory_core.read.filters import MemoryType
 
 
@@ -53,6 +55,17 @@ def _state(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+@contextmanager
+def _bad_arguments() -> Iterator[None]:
+    """The read path says ValueError for arguments it cannot answer: one line, no traceback."""
+    try:
+        yield
+    except InvalidRequest:
+        raise
+    except ValueError as exc:
+        raise InvalidRequest(argument="recall", reason=str(exc)) from exc
+
+
 def recall_command(
     query: Annotated[str, typer.Argument(help="what the agent wants to remember")],
     tenant: Annotated[str, typer.Option("--tenant", help="the caller's tenant (required)")],
@@ -73,7 +86,7 @@ def recall_command(
     k: Annotated[int | None, typer.Option("--k", min=1, help="at most this many records")] = None,
     state: Annotated[
         list[str] | None,
-        typer.Option("--state", help="key=value the caller's environment (procedures)"),
+        typer.Option("--state", help="key=value the caller's environment (procedures, facts)"),
     ] = None,
     budget_tokens: Annotated[
         int | None, typer.Option("--budget-tokens", min=1, help="token budget of the results")
@@ -110,7 +123,18 @@ def recall_command(
     when = {"as_of": _timestamp("--as-of", as_of), "known_at": _timestamp("--known-at", known_at)}
     caller_state, clock = _state(state or []), parse_now(now)
     settings = settings_for(home, config)
-    with Recaller.from_settings(settings, access_log=False if no_access_log else None) as memory:
+    if not query.strip():  # before the store is opened or the embedder loaded
+        raise InvalidRequest(
+            argument="QUERY", reason="is empty; say what to remember (e.g. 'vpn error 720')"
+        )
+    if not tenant.strip():
+        raise InvalidRequest(
+            argument="--tenant", reason="is empty; recall never reads across tenants"
+        )
+    with (
+        _bad_arguments(),
+        Recaller.from_settings(settings, access_log=False if no_access_log else None) as memory,
+    ):
         result = memory.recall(
             query,
             tenant_id=tenant,

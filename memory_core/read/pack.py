@@ -52,6 +52,28 @@ def _preconditions(row: Mapping[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"<unreadable preconditions>": raw}
 
 
+def _conditions(row: Mapping[str, Any]) -> dict[str, Any]:
+    raw = row.get("conditions")
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _contradicted(conditions: Mapping[str, Any], state: Mapping[str, str]) -> list[str]:
+    """Conditions whose key the state names with a value they do not allow."""
+    out = []
+    for key, expected in sorted(conditions.items()):
+        have = state.get(key)
+        allowed = [str(v) for v in expected] if isinstance(expected, list) else [str(expected)]
+        if have is not None and have not in allowed:
+            out.append(f"{key}={'|'.join(allowed)} (state: {have})")
+    return out
+
+
 def _unmet(preconditions: Mapping[str, Any], state: Mapping[str, str]) -> list[str]:
     """Preconditions the state does not satisfy; a list value means any one of them."""
     unmet = []
@@ -66,15 +88,24 @@ def _unmet(preconditions: Mapping[str, Any], state: Mapping[str, str]) -> list[s
 def apply_procedure_rules(
     candidates: list[Candidate], state: Mapping[str, str], *, canary: bool = False
 ) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
-    """Keep the latest version per (scope, name) whose preconditions all hold in ``state``.
+    """Keep the latest version per (scope, name) whose preconditions all hold in ``state``,
+    and the facts whose conditions ``state`` does not contradict.
 
     A ``canary`` version (on trial, stages/staleness/canary.py) competes only when the caller
-    is in the canary cohort (``canary``); everyone else keeps the stable version.
+    is in the canary cohort (``canary``); everyone else keeps the stable version. A fact is
+    true under its conditions (``os=win11``): it is left out when the state gives one of
+    those keys another value; a key the state does not name is no contradiction (a fact is
+    not a recipe that needs its conditions checked before it can be followed).
     """
     keep: list[Candidate] = []
     dropped: list[tuple[Candidate, str]] = []
     latest: dict[tuple[Any, ...], Candidate] = {}
     for cand in candidates:
+        if cand.table == "facts" and state:
+            conflicts = _contradicted(_conditions(cand.row), state)
+            if conflicts:
+                dropped.append((cand, "condition contradicts state: " + "; ".join(conflicts)))
+                continue
         if cand.table != "procedures":
             keep.append(cand)
             continue
