@@ -10,6 +10,7 @@ from memory_core.embed import Embedder, HashEmbedder, MiniLMEmbedder, make_embed
 from memory_core.errors import (
     ConfigError,
     DimensionMismatch,
+    EmbedderMismatch,
     EpisodeConflict,
     MemoryCoreError,
     MemoryUnavailable,
@@ -46,6 +47,7 @@ __all__ = [
     "Digest",
     "DimensionMismatch",
     "Embedder",
+    "EmbedderMismatch",
     "Episode",
     "EpisodeConflict",
     "Fact",

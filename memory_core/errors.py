@@ -10,6 +10,7 @@ Hierarchy::
     │   ├── MetaLocked              DuckDB file held by another process   (transient)
     │   ├── SchemaTooNew            metadata written by a newer memctl      (terminal)
     │   ├── DimensionMismatch       embedder dimension differs from a table (terminal)
+    │   ├── EmbedderMismatch        embedder model differs from the home's  (terminal)
     │   └── MemoryUnavailable       the Lance store cannot be reached       (transient)
     ├── PolicyRefused               a write the authority rules forbid
     ├── NotFound                    a batch, run or record id that does not exist
@@ -123,6 +124,21 @@ class DimensionMismatch(StoreError, TerminalError):
             f"table {table!r} stores {table_dim}-d vectors but embedder {embedder!r} gives "
             f"{embedder_dim}-d; use the embedder the home was created with "
             "(MEMCTL_EMBED__MODEL) or start a new home"
+        )
+
+
+class EmbedderMismatch(StoreError, TerminalError):
+    """Vectors of two models in one table: distances between them mean nothing, so clusters
+    and recall would silently degrade."""
+
+    def __init__(self, table: str, home_embedder: str, embedder: str) -> None:
+        self.table = table
+        self.home_embedder = home_embedder
+        self.embedder = embedder
+        super().__init__(
+            f"table {table!r} holds vectors of embedder {home_embedder!r} but the configured "
+            f"embedder is {embedder!r}; use the home's embedder ([embed] model, "
+            "MEMCTL_EMBED__MODEL) or start a new home to change models"
         )
 
 

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from memory_core.errors import EpisodeConflict, ValidationFailed
+from memory_core.context import RunContext
+from memory_core.embed import HashEmbedder
+from memory_core.errors import EmbedderMismatch, EpisodeConflict, ValidationFailed
+from memory_core.stages.ingest import ingest_records
 from memory_core.stores.lance import sql_quote
-from tests.conftest import episode, lines_of
+from tests.conftest import NOW, episode, lines_of
 
 BAD_FIELDS = [
     ("episode_id", {"episode_id": ""}, "episode_id"),
@@ -40,6 +43,23 @@ BAD_FIELDS = [
     ("vector", {"vector": ["a"]}, "vector[0]"),
     ("vector dim", {"vector": [0.1, 0.2]}, "vector"),
     ("unknown field", {"colour": "red"}, "colour"),
+    # issue 18: what used to be stored and then corrupt clustering, recall or deletion
+    ("NUL in subject_id", {"subject_id": "u\x001"}, "subject_id"),
+    ("newline in episode_id", {"episode_id": "bad\n1"}, "episode_id"),
+    ("escape in tenant_id", {"tenant_id": "\x1b[31macme"}, "tenant_id"),
+    ("DEL in namespace", {"namespace": "it\x7f"}, "namespace"),
+    ("tab in session_id", {"session_id": "s\t1"}, "session_id"),
+    ("C1 in procedure_id", {"procedure_id": "p\x851"}, "procedure_id"),
+    ("NUL in purpose", {"purpose": "ads\x00"}, "purpose"),
+    (
+        "NUL in source_id",
+        {"sources": [{"source_id": "d\x00", "revision": "1"}]},
+        "sources[0].source_id",
+    ),
+    ("Infinity in vector", {"vector": [float("inf")] + [0.1] * 383}, "vector"),
+    ("-Infinity in vector", {"vector": [0.1] * 383 + [float("-inf")]}, "vector"),
+    ("vector beyond float32", {"vector": [1e39] + [0.1] * 383}, "vector"),
+    ("all-zero vector", {"vector": [0.0] * 384}, "vector"),
 ]
 
 
@@ -183,3 +203,29 @@ def test_recorded_at_defaults_to_the_run_clock(ingest, stores):
     }
     assert rows["a"].isoformat().startswith("2026-08-01T12:00")
     assert rows["b"].isoformat().startswith("2026-07-02T00:00")
+
+
+class _OtherModel(HashEmbedder):
+    """Same width as the home's embedder, another model."""
+
+    @property
+    def version(self) -> str:
+        return "all-MiniLM-L6-v2"
+
+
+def test_episodes_of_another_embedder_are_refused_naming_both(stores, settings):
+    run = RunContext(now=NOW)
+    first = lines_of(episode(episode_id="a1"))
+    ingest_records(stores, settings, run, first, embedder=_OtherModel(384))  # the home's model
+    later = lines_of(episode(episode_id="a2", text="another one"))
+    with pytest.raises(EmbedderMismatch) as info:
+        ingest_records(stores, settings, run, later, embedder=HashEmbedder(384))
+    assert "'all-MiniLM-L6-v2'" in str(info.value) and "'hash-v1-384'" in str(info.value)
+    assert "MEMCTL_EMBED__MODEL" in str(info.value)
+    assert stores.lance.count("episodes") == 1  # nothing of the second file was written
+    versions = set(
+        stores.lance.scan("episodes", columns=["embedding_version"]).column(0).to_pylist()
+    )
+    assert versions == {"all-MiniLM-L6-v2"}
+    ingest_records(stores, settings, run, later, embedder=_OtherModel(384))  # the home's: fine
+    assert stores.lance.count("episodes") == 2

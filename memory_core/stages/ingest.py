@@ -47,7 +47,7 @@ import pyarrow as pa
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder, text_hash
-from memory_core.errors import EpisodeConflict, FieldError, ValidationFailed
+from memory_core.errors import EmbedderMismatch, EpisodeConflict, FieldError, ValidationFailed
 from memory_core.models import Episode, content_hash
 from memory_core.stages.ingest_fast import (
     Chunk,
@@ -60,6 +60,7 @@ from memory_core.stages.redact import redact_text
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.embed_cache import cached_vectors, store_vectors
+from memory_core.stores.lance import sql_quote
 from memory_core.stores.schemas import TS
 
 __all__ = ["IngestResult", "ingest_file", "ingest_records", "parse_lines"]
@@ -255,6 +256,7 @@ def _ingest(
     source: str,
 ) -> IngestResult:
     stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
+    _check_embedder(stores, embedder)
     with _gc_paused(), VectorParser(embedder.dim) as parser:  # phase 1: nothing is written
         chunks = list(validate(parser))
     errors = [e for c in chunks for e in c.errors]
@@ -318,6 +320,21 @@ def _ingest(
         result.quarantined,
     )
     return result
+
+
+def _check_embedder(stores: Stores, embedder: Embedder) -> None:
+    """Refuse to add vectors of another model than the episodes already stored (same width
+    or not): ``MEMCTL_EMBED__MODEL=hash`` on a MiniLM home used to be accepted silently."""
+    other = stores.lance.scan(
+        "episodes",
+        columns=["embedding_version"],
+        where=f"embedding_version != {sql_quote(embedder.version)} AND embedding_version != ''",
+        limit=1,
+    )
+    if other.num_rows:
+        home = other.column("embedding_version")[0].as_py()
+        table = "episodes"
+        raise EmbedderMismatch(table, home, embedder.version)
 
 
 def _resolve(stores: Stores, chunks: list[Chunk], source: str) -> tuple[np.ndarray, int, int]:

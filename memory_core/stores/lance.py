@@ -100,10 +100,12 @@ class LanceStore:
         *,
         where: str | None = None,
         columns: list[str] | None = None,
+        limit: int | None = None,
     ) -> pa.Table:
-        """Every matching row (no vector search); filters use the scalar indices."""
+        """Every matching row (at most ``limit``; no vector search); filters use the scalar
+        indices."""
         dataset = self.table(name).to_lance()
-        return dataset.to_table(columns=columns, filter=where)
+        return dataset.to_table(columns=columns, filter=where, limit=limit)
 
     def upsert(self, name: str, rows: pa.Table) -> Any:
         """Insert rows whose id is new, replace rows whose id exists: one commit."""
