@@ -252,10 +252,11 @@ def parse_header(line: Any, *, extra_keys: frozenset[str] = frozenset()) -> Sess
             choices = ", ".join(o.value for o in Outcome)
             fail("outcome", f"must be one of {choices}, got {line['outcome']!r}")
     conditions = line.get("conditions") or {}
-    if not isinstance(conditions, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in conditions.items()
-    ):
+    if not isinstance(conditions, dict) or not all(isinstance(v, str) for v in conditions.values()):
         fail("conditions", "must be an object of string values")
+    for key in conditions:
+        if not key or len(key) > _ID_CHARS:
+            fail("conditions", f"key {key[:40]!r} must be 1-{_ID_CHARS} characters")
     shared: dict[str, Any] = {}
     if line.get("sensitivity") is not None:
         try:

@@ -351,66 +351,179 @@ def test_system_key_is_anthropic_only() -> None:
 # --- property: any JSON line gives episodes or our one-line error ---------------------------
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
     max_leaves=20,
 )
-ROLE = st.sampled_from(["user", "assistant", "system", "tool", "developer", "function", "x"])
-BLOCK = st.fixed_dictionaries(
-    {"type": st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image"])},
+
+
+def mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Valid values most of the time, any JSON now and then: the deep paths get reached."""
+    return st.integers(0, 9).flatmap(lambda i: good if i else JSON)
+
+
+IDS = st.sampled_from(["a", "b", "c"])
+TEXT = st.text(max_size=12)
+NAME = mostly(st.sampled_from(["get_order", "cancel_order"]))
+ARGS = st.dictionaries(st.sampled_from(["id", "api_key", "n"]), JSON, max_size=3)
+ARG_TEXT = mostly(ARGS.map(json.dumps)) | st.sampled_from(["", "{", "[1]", '{"x": 1e999}'])
+OPENAI_CALL = st.fixed_dictionaries(
+    {
+        "id": mostly(IDS),
+        "function": mostly(st.fixed_dictionaries({"name": NAME, "arguments": ARG_TEXT})),
+    },
+    optional={"type": st.sampled_from(["function", "custom"])},
+)
+OPENAI_PART = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image_url"]), "text": mostly(TEXT)}
+)
+OPENAI_MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "assistant", "tool", "tool", "system", "x"]),
+        "content": mostly(st.none() | TEXT | st.lists(OPENAI_PART, max_size=2)),
+    },
     optional={
-        "text": JSON,
-        "id": st.sampled_from(["a", "b"]),
-        "name": JSON,
-        "input": JSON,
-        "tool_use_id": st.sampled_from(["a", "b", "c"]),
-        "content": JSON,
-        "is_error": JSON,
+        "tool_calls": mostly(st.lists(OPENAI_CALL, max_size=2)),
+        "tool_call_id": mostly(IDS),
+        "timestamp": mostly(st.sampled_from(["2026-01-01T00:00:00Z", "2025-06-01T00:00:00+01:00"])),
     },
 )
-CALL = st.fixed_dictionaries(
-    {"id": st.sampled_from(["a", "b"]), "type": st.just("function")},
-    optional={"function": st.fixed_dictionaries({"name": JSON, "arguments": JSON | st.text()})},
+RESULT_CONTENT = TEXT | st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), max_size=2
 )
-MESSAGE = st.fixed_dictionaries(
-    {"role": ROLE},
-    optional={
-        "content": JSON | st.lists(BLOCK, max_size=3),
-        "tool_calls": st.lists(CALL, max_size=2) | JSON,
-        "tool_call_id": st.sampled_from(["a", "b", "c"]) | JSON,
-        "timestamp": st.sampled_from(["2026-01-01T00:00:00Z", "x"]) | JSON,
-        "name": JSON,
-    },
+ANTHROPIC_BLOCK = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": mostly(TEXT)}),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_use"), "id": mostly(IDS), "name": NAME, "input": mostly(ARGS)}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": mostly(IDS)},
+        optional={"content": mostly(RESULT_CONTENT), "is_error": st.booleans()},
+    ),
+    st.fixed_dictionaries(
+        {"type": mostly(st.sampled_from(["thinking", "image", "web_search_tool_result"]))},
+        optional={"tool_use_id": IDS, "content": JSON},
+    ),
 )
-LINE = st.fixed_dictionaries(
-    {},
-    optional={
-        "session_id": st.sampled_from(["s", ""]) | JSON,
-        "tenant_id": st.just("t") | JSON,
-        "subject_id": st.just("u") | JSON,
-        "started_at": st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00"]) | JSON,
-        "outcome": st.sampled_from(["success", "bad"]) | JSON,
-        "system": JSON,
-        "conditions": JSON,
-        "expires_at": JSON,
-        "sensitivity": JSON,
-        "messages": st.lists(MESSAGE, max_size=5) | JSON,
-    },
+ANTHROPIC_MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["user", "assistant", "user", "assistant", "system"]),
+        "content": mostly(TEXT | st.lists(ANTHROPIC_BLOCK, max_size=4)),
+    }
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(line=LINE | JSON, fmt=st.sampled_from([OPENAI, ANTHROPIC]))
-def test_any_json_line_gives_episodes_or_one_line_error(line: Any, fmt: TranscriptFormat) -> None:
-    raw = json.dumps(line)
+def session_line(
+    message: st.SearchStrategy[Any], **optional: st.SearchStrategy[Any]
+) -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries(
+        {
+            "session_id": st.just("s"),
+            "tenant_id": st.just("t"),
+            "subject_id": st.just("u"),
+            "messages": mostly(st.lists(message, min_size=1, max_size=6)),
+        },
+        optional={
+            "started_at": mostly(st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00"])),
+            "outcome": mostly(st.sampled_from(["success", "failure", "unknown"])),
+            "conditions": mostly(st.dictionaries(TEXT, TEXT, max_size=2)),
+            **optional,
+        },
+    )
+
+
+OPENAI_LINE = session_line(OPENAI_MESSAGE)
+ANTHROPIC_LINE = session_line(ANTHROPIC_MESSAGE, system=mostly(TEXT))
+CASES = st.tuples(st.just(OPENAI), OPENAI_LINE | JSON) | st.tuples(
+    st.just(ANTHROPIC), ANTHROPIC_LINE | JSON
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=CASES)
+def test_any_json_line_gives_episodes_or_one_line_error(case: tuple[TranscriptFormat, Any]) -> None:
+    """Whatever JSON a line holds: valid episodes in order, or our one-line error naming the
+    line; and what a tool returned is never an episode of the user."""
+    fmt, line = case
     try:
-        adapted = adapt_line(7, raw, fmt)
+        adapted = adapt_line(7, json.dumps(line), fmt)
     except TranscriptError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("line 7: ")
         return
     for episode in adapted.episodes:
-        assert episode["source_role"] in ("user", "agent", "tool", "system")
+        Episode.model_validate(episode)
+        if ".r" in episode["episode_id"] or "tool" in episode.get("conditions", {}):
+            assert episode["source_role"] == "tool"
     times = [e["occurred_at"] for e in adapted.episodes]
     assert times == sorted(times) and len(set(times)) == len(times)
+    if fmt is ANTHROPIC:  # every tool_result block became a tool episode, none a user one
+        results = [
+            b for m in line["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b["type"].endswith("tool_result")
+        ]  # fmt: skip
+        tools = [e for e in adapted.episodes if e["source_role"] == "tool"]
+        assert len(tools) == len(results)
+
+
+# --- property: the same conversation in both shapes gives the same episodes -----------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("user"), TEXT.filter(str.strip)),
+        st.tuples(st.just("agent"), TEXT.filter(str.strip)),
+        st.tuples(st.just("call"), st.sampled_from(["get_order", "cancel_order"]), ARGS),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def both_shapes(ops: list[tuple[Any, ...]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One conversation as an OpenAI and an Anthropic session: each call is answered by a tool
+    result right away (OpenAI: a ``tool`` message; Anthropic: a ``tool_result`` block in the
+    next user message)."""
+    openai: list[dict[str, Any]] = []
+    anthropic: list[dict[str, Any]] = []
+    for n, op in enumerate(ops):
+        if op[0] == "user":
+            openai.append({"role": "user", "content": op[1]})
+            anthropic.append({"role": "user", "content": op[1]})
+        elif op[0] == "agent":
+            openai.append({"role": "assistant", "content": op[1]})
+            anthropic.append({"role": "assistant", "content": op[1]})
+        else:
+            call_id, result = f"c{n}", f"result {n}"
+            function = {"name": op[1], "arguments": json.dumps(op[2])}
+            openai.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function", "function": function}]})  # fmt: skip
+            openai.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            anthropic.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": call_id, "name": op[1], "input": op[2]}]})  # fmt: skip
+            anthropic.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call_id, "content": result}]})  # fmt: skip
+    header = {"session_id": "s", "tenant_id": "t", "subject_id": "u",
+              "started_at": "2026-01-01T00:00:00Z"}  # fmt: skip
+    return {**header, "messages": openai}, {**header, "messages": anthropic}
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS)
+def test_both_shapes_agree_and_tool_output_is_never_the_user(ops: list[tuple[Any, ...]]) -> None:
+    openai, anthropic = both_shapes(ops)
+    a, b = adapt(openai, OPENAI), adapt(anthropic, ANTHROPIC)
+    view = [(e["source_role"], e.get("text"), e.get("conditions")) for e in a.episodes]
+    assert view == [(e["source_role"], e.get("text"), e.get("conditions")) for e in b.episodes]
+    calls = [{"tool": op[1], "args": op[2]} for op in ops if op[0] == "call"]
+    if calls:
+        assert a.trajectory["actions"] == b.trajectory["actions"] == calls
+    else:
+        assert a.trajectory is None and b.trajectory is None
+    results = [e for e in a.episodes if e.get("text", "") and e["text"].startswith("result ")]
+    assert len(results) == len(calls) and {e["source_role"] for e in results} <= {"tool"}
+    assert adapt(openai, OPENAI).episodes == a.episodes  # deterministic: a re-ingest is a no-op
