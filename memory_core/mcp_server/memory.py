@@ -28,7 +28,7 @@ from memory_core.config import Settings
 from memory_core.embed import Embedder, make_embedder
 from memory_core.errors import MemoryUnavailable, StoreError
 from memory_core.mcp_server.auth import Binding
-from memory_core.mcp_server.save import AuditSpool, SaveResult, episode_id_for, save_episode
+from memory_core.mcp_server.save import AuditSpool, episode_id_for, save_episodes
 from memory_core.read.canary import in_canary
 from memory_core.read.filters import FilterSpec, MemoryType, compile_where
 from memory_core.read.pack import apply_procedure_rules, display_text, estimate_tokens, to_record
@@ -250,8 +250,16 @@ class MemoryService:
         *,
         key: str | None = None,
         source_role: str = "agent",
+        messages: list[dict[str, Any]] | None = None,
+        message_format: str = "openai-chat",
     ) -> dict[str, Any]:
-        """Append one tentative episode; the caller's scope and allowed role decide who it is."""
+        """Append tentative experience: one episode from text, or a conversation's episodes
+        (the transcript adapters: one per message plus the trajectory of its tool calls).
+
+        The caller's scope and allowed roles decide who it is: a message whose role the
+        caller may not save as (a user's words relayed by an agent) is stored as the
+        caller's own report (``agent``), without the user's authority.
+        """
         if source_role not in binding.save_roles:
             allowed = ", ".join(sorted(binding.save_roles))
             msg = f"source_role {source_role!r} is not allowed for this caller (allowed: {allowed})"
@@ -259,16 +267,73 @@ class MemoryService:
         subject = binding.subject(fields.pop("subject_id", None), required=True)
         assert subject is not None
         now = self.clock()
-        record = {k: v for k, v in fields.items() if v is not None}
+        record = {k: v for k, v in fields.items() if v not in (None, [], {})}
         record.setdefault("occurred_at", now.isoformat())
         record.update(tenant_id=binding.tenant_id, subject_id=subject, source_role=source_role)
-        record["episode_id"] = episode_id_for(binding.tenant_id, subject, key, record)
-        result: SaveResult = save_episode(
-            self.lance(), self.embedder, record, now=now, client=binding.client,
+        downgraded = 0
+        if messages is None:
+            record["episode_id"] = episode_id_for(binding.tenant_id, subject, key, record)
+            records = [record]
+        else:
+            records, downgraded = self._conversation(binding, record, messages, message_format, key)
+        result = save_episodes(
+            self.lance(), self.embedder, records, now=now, client=binding.client,
             retries=self.config.save_retries,
         )  # fmt: skip
         self.audit.add(client=binding.client, tenant_id=binding.tenant_id, result=result, at=now)
-        return {**result.as_dict(), "source_role": source_role, "written_via": "mcp"}
+        roles = sorted({r["source_role"] for r in records})
+        return {
+            **result.as_dict(), "source_roles": roles, "roles_downgraded": downgraded,
+            "written_via": "mcp",
+        }  # fmt: skip
+
+    def _conversation(
+        self,
+        binding: Binding,
+        record: dict[str, Any],
+        messages: list[dict[str, Any]],
+        message_format: str,
+        key: str | None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        from memory_core.models import stable_id
+        from memory_core.transcripts import TranscriptError, TranscriptFormat, adapt_session
+
+        try:
+            fmt = TranscriptFormat(message_format)
+        except ValueError:
+            fmt = None
+        if fmt is None or fmt is TranscriptFormat.episodes:
+            msg = f"format {message_format!r} must be openai-chat or anthropic-messages"
+            raise ArgumentError(msg)
+        tenant, subject = record["tenant_id"], record["subject_id"]
+        session = record.get("session_id") or stable_id(
+            "mcps", tenant, subject, key if key is not None else messages
+        )
+        line: dict[str, Any] = {
+            "session_id": session, "tenant_id": tenant, "subject_id": subject,
+            "namespace": record.get("namespace", "default"),
+            "started_at": record["occurred_at"], "messages": messages,
+        }  # fmt: skip
+        for name in ("outcome", "conditions", "sensitivity", "purpose", "expires_at"):
+            if record.get(name) not in (None, {}, "unknown"):
+                line[name] = record[name]
+        try:
+            adapted = adapt_session(1, line, fmt)
+        except TranscriptError as exc:
+            msg = f"messages: {exc.error.field}: {exc.error.reason}"
+            raise ArgumentError(msg) from exc
+        out, downgraded = [], 0
+        for episode in adapted.episodes:
+            if episode["source_role"] not in binding.save_roles:
+                episode["source_role"] = record["source_role"]
+                downgraded += 1
+            # the adapter's ids are per (tenant, session): scope them to the caller's subject
+            episode["episode_id"] = stable_id("mcp", tenant, subject, episode["episode_id"])
+            for name in ("goal", "actions", "observations", "feedback"):
+                if record.get(name) and episode is adapted.trajectory:
+                    episode[name] = record[name]
+            out.append(episode)
+        return out, downgraded
 
     def _meta(self) -> Any:
         from memory_core.stores import open_stores

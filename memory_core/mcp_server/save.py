@@ -1,4 +1,4 @@
-"""memory_save's write path: one episode through ingest's validation and write gate, into Lance.
+"""memory_save's write path: episodes through ingest's validation and write gate, into Lance.
 
 The same rules as ``memctl ingest`` (contract fields, pydantic validation, secret redaction,
 claims of agents and tools stripped of authority) come from the same code: the line goes
@@ -9,9 +9,10 @@ differs is what a save must never do: wait for the pipeline.
   (one process's read-write connection locks it against every other, STACK-NOTES), so the
   save embeds without the embedding cache and queues its audit entry (counts only, no ids or
   content) in ``AuditSpool``, which writes it to the audit log when the file is free.
-* One Lance commit per save, an idempotent ``merge_insert`` keyed on the episode id, retried
-  on commit conflicts: a consolidation or forgetting pass committing to the episodes table at
-  the same moment makes the save retry, never fail or vanish (compaction keeps appended rows).
+* One Lance commit per save (a text, or a conversation's episodes), an idempotent
+  ``merge_insert`` keyed on the episode id, retried on commit conflicts: a consolidation or
+  forgetting pass committing to the episodes table at the same moment makes the save retry,
+  never fail or vanish (compaction keeps appended rows).
 * The episode id is the server's: a hash of the tenant, the subject and the caller's key (or
   the content), so a caller can neither collide with another tenant's ids nor learn of them.
 * The row is marked as written through MCP: its provenance names ``mcp`` and the client.
@@ -39,7 +40,7 @@ from memory_core.stages.ingest import _episode_rows
 from memory_core.stages.ingest_fast import process_chunk
 from memory_core.stores.lance import LanceStore, sql_quote
 
-__all__ = ["AuditSpool", "SaveRefused", "SaveResult", "save_episode"]
+__all__ = ["AuditSpool", "SaveRefused", "SaveResult", "episode_id_for", "save_episodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +51,24 @@ class SaveRefused(MemoryCoreError):
 
 @dataclass(frozen=True)
 class SaveResult:
-    episode_id: str
-    status: str  # "inserted" | "unchanged"
+    episode_ids: list[str]
+    inserted: int
+    unchanged: int
     redactions: dict[str, int]
     claims_without_authority: int
     attempts: int
 
+    @property
+    def status(self) -> str:
+        return "inserted" if self.inserted else "unchanged"
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "episode_id": self.episode_id,
+            "episode_id": self.episode_ids[-1],
+            "episode_ids": self.episode_ids,
             "status": self.status,
+            "inserted": self.inserted,
+            "unchanged": self.unchanged,
             "tentative": True,
             "redactions": self.redactions,
             "claims_without_authority": self.claims_without_authority,
@@ -94,54 +103,74 @@ def _commit(lance: LanceStore, rows: pa.Table, *, retries: int) -> int:
     raise AssertionError  # unreachable: the loop returns or raises
 
 
-def save_episode(
+def _stored_hashes(lance: LanceStore, ids: list[str]) -> dict[str, str]:
+    where = f"episode_id IN ({', '.join(sql_quote(i) for i in ids)})"
+    try:
+        stored = lance.scan("episodes", where=where, columns=["episode_id", "content_hash"])
+    except StoreError as exc:
+        raise MemoryUnavailable(lance.uri, str(exc)) from exc
+    except (OSError, RuntimeError) as exc:
+        raise MemoryUnavailable(lance.uri, f"reading the episodes table failed: {exc}") from exc
+    return dict(
+        zip(
+            stored.column("episode_id").to_pylist(),
+            stored.column("content_hash").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def save_episodes(
     lance: LanceStore,
     embedder: Embedder,
-    record: dict[str, Any],
+    records: list[dict[str, Any]],
     *,
     now: datetime,
     client: str,
     retries: int,
 ) -> SaveResult:
-    """Validate, gate, embed and append one episode ``record`` (contract fields, id set)."""
-    line = json.dumps(record, ensure_ascii=False, default=str)
-    chunk = process_chunk([line], 1, dim=embedder.dim, now=now, parser=None, keep_bad=False)
+    """Validate, gate, embed and append ``records`` (contract fields, ids set) in one commit;
+    all or nothing: one bad record and none is written."""
+    lines = [json.dumps(r, ensure_ascii=False, default=str) for r in records]
+    chunk = process_chunk(lines, 1, dim=embedder.dim, now=now, parser=None, keep_bad=False)
     if chunk.errors:
         first = chunk.errors[0]
+        where = f"episode {first.line} of {len(lines)}: " if len(lines) > 1 else ""
         more = f" (and {len(chunk.errors) - 1} more)" if len(chunk.errors) > 1 else ""
-        msg = f"invalid episode: {first.field}: {first.reason}{more}; nothing was written"
+        msg = f"invalid episode: {where}{first.field}: {first.reason}{more}; nothing was written"
         raise SaveRefused(msg)
     table = chunk.table
-    episode_id = record["episode_id"]
-    content = table.column("content_hash")[0].as_py()
-    try:
-        stored = lance.scan(
-            "episodes", where=f"episode_id = {sql_quote(episode_id)}", columns=["content_hash"]
+    ids = table.column("episode_id").to_pylist()
+    hashes = table.column("content_hash").to_pylist()
+    stored = _stored_hashes(lance, ids)
+    clash = [i for i, h in zip(ids, hashes, strict=True) if i in stored and stored[i] != h]
+    if clash:
+        msg = (
+            f"episode {clash[0]} is already saved with other content (episodes are "
+            "immutable); save the changed event under a new key"
         )
-    except StoreError as exc:
-        raise MemoryUnavailable(lance.uri, str(exc)) from exc
-    except (OSError, RuntimeError) as exc:
-        raise MemoryUnavailable(lance.uri, f"reading the episodes table failed: {exc}") from exc
+        raise SaveRefused(msg)
     redactions = dict(sorted(chunk.redactions.items()))
-    blocked = int(table.column("_blocked")[0].as_py() or 0)
-    if stored.num_rows:
-        if stored.column("content_hash")[0].as_py() != content:
-            msg = (
-                f"episode {episode_id} is already saved with other content (episodes are "
-                "immutable); save the changed event under a new key"
-            )
-            raise SaveRefused(msg)
-        return SaveResult(episode_id, "unchanged", redactions, blocked, 0)
-    if not chunk.has_vector[0]:
-        text = table.column("_embed_text")[0].as_py() or episode_id
-        chunk.vectors[0] = np.asarray(embedder.embed([text])[0], dtype=np.float32)
+    blocked = sum(int(b or 0) for b in table.column("_blocked").to_pylist())
+    fresh = np.array([i not in stored for i in ids])
+    if not fresh.any():
+        return SaveResult(ids, 0, len(ids), redactions, blocked, 0)
+    need = fresh & ~chunk.has_vector
+    if need.any():
+        texts = table.column("_embed_text").to_pylist()
+        todo = [int(i) for i in np.flatnonzero(need)]
+        vectors = embedder.embed([texts[i] or ids[i] for i in todo])
+        for n, i in enumerate(todo):
+            chunk.vectors[i] = np.asarray(vectors[n], dtype=np.float32)
     schema = lance.table("episodes").schema
-    rows = _episode_rows(table, chunk.vectors, embedder, schema)
+    rows = _episode_rows(table.filter(pa.array(fresh)), chunk.vectors[fresh], embedder, schema)
     marker = canonical_json([{"source_id": "mcp", "source_kind": "mcp", "client": client}])
     index = rows.schema.get_field_index("provenance")
-    rows = rows.set_column(index, rows.schema.field(index), pa.array([marker], pa.string()))
+    column = pa.array([marker] * rows.num_rows, pa.string())
+    rows = rows.set_column(index, rows.schema.field(index), column)
     attempts = _commit(lance, rows, retries=retries)
-    return SaveResult(episode_id, "inserted", redactions, blocked, attempts)
+    inserted = int(fresh.sum())
+    return SaveResult(ids, inserted, len(ids) - inserted, redactions, blocked, attempts)
 
 
 @dataclass
@@ -172,8 +201,10 @@ class AuditSpool:
     def add(self, *, client: str, tenant_id: str, result: SaveResult, at: datetime) -> None:
         with self._lock:
             entry = self._pending.setdefault((client, tenant_id), _Pending())
-            entry.counts["episodes"] += 1
-            entry.counts[result.status] += 1
+            entry.counts["saves"] += 1
+            entry.counts["episodes"] += len(result.episode_ids)
+            entry.counts["inserted"] += result.inserted
+            entry.counts["unchanged"] += result.unchanged
             entry.counts["claims_without_authority"] += result.claims_without_authority
             entry.redactions.update(result.redactions)
             entry.first_at = entry.first_at or at

@@ -85,28 +85,6 @@ def _call(tool: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         raise ToolError(msg) from exc
 
 
-def _messages_text(messages: list[dict[str, Any]]) -> str:
-    """A message list as one transcript text: ``role: content`` per message."""
-    lines = []
-    for i, msg in enumerate(messages):
-        role = msg.get("role")
-        content = msg.get("content")
-        if not isinstance(role, str) or not role:
-            msg_0 = f"messages[{i}].role must be a non-empty string"
-            raise ArgumentError(msg_0)
-        if isinstance(content, list):  # content blocks: keep their text parts
-            content = " ".join(
-                str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("text")
-            )
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            msg_0 = f"messages[{i}].content must be text or a list of text blocks"
-            raise ArgumentError(msg_0)
-        lines.append(f"{role}: {content}")
-    return "\n".join(lines)
-
-
 def register_tools(server: MCPServer, service: MemoryService, resolve: BindingResolver) -> None:
     """Add the six memory tools and the facts/procedures resources to ``server``."""
 
@@ -150,9 +128,14 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
             Field(
                 default=None,
                 max_length=500,
-                description="a conversation instead of text: [{role, content}, ...]",
+                description="a conversation instead of text, in the provider's own message "
+                "shape (see format); tool calls included",
             ),
         ] = None,
+        format: Annotated[  # the contract's word for the transcript shape
+            Literal["openai-chat", "anthropic-messages"],
+            Field(description="shape of messages"),
+        ] = "openai-chat",
         subject_id: Subject = None,
         goal: Annotated[str | None, Field(default=None, max_length=4000)] = None,
         actions: Annotated[
@@ -196,16 +179,18 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
             if (text is None) == (messages is None):
                 msg = "give exactly one of text or messages"
                 raise ArgumentError(msg)
-            body = text if text is not None else _messages_text(messages or [])
             fields: dict[str, Any] = {
-                "text": body, "subject_id": subject_id, "goal": goal,
+                "text": text, "subject_id": subject_id, "goal": goal,
                 "actions": actions or [], "outcome": outcome, "conditions": conditions or {},
                 "observations": observations or [], "feedback": feedback,
                 "occurred_at": occurred_at.isoformat() if occurred_at else None,
                 "session_id": session_id, "namespace": namespace, "sensitivity": sensitivity,
                 "purpose": purpose,
             }  # fmt: skip
-            return service.save(binding, fields, key=key, source_role=source_role)
+            return service.save(
+                binding, fields, key=key, source_role=source_role, messages=messages,
+                message_format=format,
+            )  # fmt: skip
 
         return _call("memory_save", run)
 

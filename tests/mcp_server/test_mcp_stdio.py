@@ -220,52 +220,64 @@ def test_missing_store_is_memory_unavailable_not_empty(tmp_path: Path):
 def test_save_is_tentative_gated_and_marked(demo_copy):
     home, now, _ = demo_copy
     secret = "sk-ant-" + "a1B2" * 10
+    chat = [
+        {"role": "user", "content": "I prefer dark mode. My key is " + secret},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+    ]
+    calls = [
+        {"role": "user", "content": "Cancel reservation R1"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "cancel", "arguments": '{"reservation_id": "R1"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
+    ]
 
     async def run():
         async with stdio_session(home, "--tenant", DEMO_TENANT, "--now", now) as s:
-            first = result_json(
+            args = {"messages": chat, "subject_id": "chen.silva", "key": "k1"}
+            first = result_json(await s.call_tool("memory_save", args))
+            again = result_json(await s.call_tool("memory_save", args))
+            once = {"text": "one", "subject_id": "chen.silva", "key": "k2"}
+            result_json(await s.call_tool("memory_save", once))
+            clash = await s.call_tool("memory_save", {**once, "text": "other"})
+            run = result_json(
                 await s.call_tool(
                     "memory_save",
-                    {
-                        "messages": [
-                            {"role": "user", "content": "I prefer dark mode. My key is " + secret},
-                            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
-                        ],
-                        "subject_id": "chen.silva",
-                        "key": "k1",
-                    },
+                    {"messages": calls, "subject_id": "chen.silva", "outcome": "success"},
                 )
             )
-            again = result_json(
-                await s.call_tool(
-                    "memory_save",
-                    {
-                        "messages": [
-                            {"role": "user", "content": "I prefer dark mode. My key is " + secret},
-                            {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
-                        ],
-                        "subject_id": "chen.silva",
-                        "key": "k1",
-                    },
-                )
-            )
-            clash = await s.call_tool(
-                "memory_save", {"text": "other", "subject_id": "chen.silva", "key": "k1"}
-            )
-            return first, again, clash
+            return first, again, clash, run
 
-    first, again, clash = anyio.run(run)
+    first, again, clash, tools_run = anyio.run(run)
     assert first["status"] == "inserted" and first["tentative"] is True
-    assert again == {**first, "status": "unchanged", "commit_attempts": 0}
+    assert first["inserted"] == 2 and first["roles_downgraded"] == 1  # the user's message
+    assert again == {**first, "status": "unchanged", "inserted": 0, "unchanged": 2,
+                     "commit_attempts": 0}  # fmt: skip
     assert "already saved with other content" in error_text(clash)
     settings = load_settings(home=home)
     stores = open_stores(settings)
-    where = f"episode_id = '{first['episode_id']}'"
-    row = stores.lance.scan("episodes", where=where).to_pylist()[0]
-    assert row["tenant_id"] == DEMO_TENANT and row["subject_id"] == "chen.silva"
-    assert row["source_role"] == "agent" and row["authority"] == "agent_inference"
-    assert secret not in row["text"] and row["redactions"] >= 1
-    assert '"source_kind":"mcp"' in row["provenance"]
+    ids = ", ".join(f"'{i}'" for i in first["episode_ids"] + tools_run["episode_ids"])
+    rows = {
+        r["episode_id"]: r
+        for r in stores.lance.scan("episodes", where=f"episode_id IN ({ids})").to_pylist()
+    }
+    said = rows[first["episode_ids"][0]]
+    assert said["tenant_id"] == DEMO_TENANT and said["subject_id"] == "chen.silva"
+    assert said["source_role"] == "agent" and said["authority"] == "agent_inference"
+    assert secret not in said["text"] and said["redactions"] >= 1
+    assert all('"source_kind":"mcp"' in r["provenance"] for r in rows.values())
+    assert {r["source_role"] for r in rows.values()} <= {"agent", "tool"}  # never the user's
+    trajectory = rows[tools_run["episode_id"]]
+    assert trajectory["actions"] == ['{"args":{"reservation_id":"R1"},"tool":"cancel"}']
+    assert trajectory["outcome"] == "success"
     assert stores.lance.count("facts", "text LIKE '%dark mode%'") == 0  # never a fact by saving
 
 
