@@ -62,56 +62,72 @@ class TranscriptIngestResult:
 
 @dataclass
 class Sessions:
-    """The adapted good lines, and the bad ones with their reasons and raw text."""
+    """The good lines as episode records (JSON, with the message each came from) and the bad
+    lines with their reasons and raw text. The adapted dicts are not kept: only the JSON the
+    write path reads."""
 
-    good: list[Adapted]
-    errors: list[FieldError]
-    bad_raw: dict[int, str]
-    lines: int
+    records: list[str] = field(default_factory=list)
+    origins: list[tuple[int, str]] = field(default_factory=list)  # (line, "messages[3]")
+    errors: list[FieldError] = field(default_factory=list)
+    bad_raw: dict[int, str] = field(default_factory=dict)
+    lines: int = 0
+    sessions: int = 0
+    trajectories: int = 0
+    roles: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
 
-
-def _check(adapted: Adapted) -> list[FieldError]:
-    """Every episode of a session through ingest's exact validation; errors name the message."""
-    errors: list[FieldError] = []
-    for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
-        _, _, errs = exact_line(adapted.line, json.dumps(episode, ensure_ascii=False), None)
-        errors += [
-            FieldError(adapted.line, f"{origin} -> episode {e.field}", e.reason, e.record_id)
-            for e in errs
-        ]
-    return errors
+    def add(self, adapted: Adapted) -> None:
+        """Keep a session only if every episode it yields passes ingest's exact validation;
+        otherwise record its errors, naming the message each episode came from."""
+        records: list[str] = []
+        errors: list[FieldError] = []
+        for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
+            record = json.dumps(episode, ensure_ascii=False)
+            _, _, errs = exact_line(adapted.line, record, None)
+            errors += [
+                FieldError(adapted.line, f"{origin} -> episode {e.field}", e.reason, e.record_id)
+                for e in errs
+            ]
+            records.append(record)
+        if errors:
+            self.errors += errors
+            return
+        self.records += records
+        self.origins += [(adapted.line, origin) for origin in adapted.origins]
+        self.sessions += 1
+        for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
+            if origin != "trajectory":
+                self.roles[episode["source_role"]] += 1
+        if adapted.trajectory is not None:
+            self.trajectories += 1
+            self.outcomes[adapted.trajectory["outcome"]] += 1
 
 
 def read_sessions(path: Path, fmt: TranscriptFormat) -> Sessions:
     """Adapt and validate every non-blank line of ``path``; never raises on bad lines."""
-    good: list[Adapted] = []
-    errors: list[FieldError] = []
-    bad_raw: dict[int, str] = {}
-    count = 0
+    out = Sessions()
     for number, data in enumerate(Path(path).read_bytes().split(b"\n"), start=1):
         try:
             raw = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            errors.append(FieldError(number, "(line)", f"not UTF-8 text: {exc.reason}"))
-            bad_raw[number] = data.decode("utf-8", errors="replace")
-            count += 1
+            out.errors.append(FieldError(number, "(line)", f"not UTF-8 text: {exc.reason}"))
+            out.bad_raw[number] = data.decode("utf-8", errors="replace")
+            out.lines += 1
             continue
         if not raw.strip():
             continue
-        count += 1
+        out.lines += 1
         try:
             adapted = adapt_line(number, raw, fmt)
         except TranscriptError as exc:
-            errors.append(exc.error)
-            bad_raw[number] = raw
+            out.errors.append(exc.error)
+            out.bad_raw[number] = raw
             continue
-        problems = _check(adapted)
-        if problems:
-            errors += problems
-            bad_raw[number] = raw
-            continue
-        good.append(adapted)
-    return Sessions(good, errors, bad_raw, count)
+        before = len(out.errors)
+        out.add(adapted)
+        if len(out.errors) > before:
+            out.bad_raw[number] = raw
+    return out
 
 
 def ingest_transcripts(
@@ -129,18 +145,7 @@ def ingest_transcripts(
     sessions = read_sessions(path, fmt)
     if sessions.errors and not quarantine:
         raise ValidationFailed(source, sessions.errors)
-    records: list[str] = []
-    origins: list[tuple[int, str]] = []
-    roles: Counter[str] = Counter()
-    outcomes: Counter[str] = Counter()
-    for adapted in sessions.good:
-        for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
-            records.append(json.dumps(episode, ensure_ascii=False))
-            origins.append((adapted.line, origin))
-            if origin != "trajectory":
-                roles[episode["source_role"]] += 1
-        if adapted.trajectory is not None:
-            outcomes[adapted.trajectory["outcome"]] += 1
+    records, origins = sessions.records, sessions.origins
 
     def where(error: FieldError) -> FieldError:
         line, origin = origins[error.line - 1]
@@ -160,11 +165,11 @@ def ingest_transcripts(
         path=source,
         format=fmt.value,
         lines=sessions.lines,
-        sessions=len(sessions.good),
+        sessions=sessions.sessions,
         episodes=len(records),
-        trajectories=sum(a.trajectory is not None for a in sessions.good),
-        episodes_by_role=dict(sorted(roles.items())),
-        outcomes=dict(sorted(outcomes.items())),
+        trajectories=sessions.trajectories,
+        episodes_by_role=dict(sorted(sessions.roles.items())),
+        outcomes=dict(sorted(sessions.outcomes.items())),
         inserted=written.inserted,
         unchanged=written.unchanged,
         embedded=written.embedded,
