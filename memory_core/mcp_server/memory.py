@@ -68,6 +68,7 @@ class MemoryService:
         self._recaller: Recaller | None = None
         self._lance: LanceStore | None = None
         self._guard = threading.Lock()
+        self._save_lock = threading.Lock()  # check-then-append of episode ids, one at a time
 
     # -- stores, opened on first use so a missing store is an error per call -----------------
 
@@ -276,10 +277,12 @@ class MemoryService:
             records = [record]
         else:
             records, downgraded = self._conversation(binding, record, messages, message_format, key)
-        result = save_episodes(
-            self.lance(), self.embedder, records, now=now, client=binding.client,
-            retries=self.config.save_retries,
-        )  # fmt: skip
+        lance = self.lance()
+        with self._save_lock:
+            result = save_episodes(
+                lance, self.embedder, records, now=now, client=binding.client,
+                retries=self.config.save_retries,
+            )  # fmt: skip
         self.audit.add(client=binding.client, tenant_id=binding.tenant_id, result=result, at=now)
         roles = sorted({r["source_role"] for r in records})
         return {

@@ -92,6 +92,8 @@ def run_http(service: MemoryService, tokens: TokenTable, *, host: str, port: int
 
     server = build_http_server(service, tokens, url=f"http://{host}:{port}")
     try:
-        anyio.run(lambda: server.run_streamable_http_async(host=host, port=port))
+        anyio.run(
+            lambda: server.run_streamable_http_async(host=host, port=port, json_response=True)
+        )
     finally:
         service.close()

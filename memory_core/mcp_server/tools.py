@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memory_core.errors import MemoryCoreError
@@ -74,9 +74,22 @@ def _guard(tool: str, resolve: BindingResolver, ctx: Context | None) -> Binding:
     return binding
 
 
-def _call(tool: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _result(payload: dict[str, Any]) -> CallToolResult:
+    """Structured content: everything (query record included), for the calling program; the
+    text a model reads: the same without the query record, compact, so the record of how
+    every candidate was decided does not spend the agent's context."""
+    text = {k: v for k, v in payload.items() if k != "query_record"}
+    return CallToolResult(
+        content=[
+            TextContent(type="text", text=json.dumps(text, separators=(",", ":"), default=str))
+        ],
+        structured_content=payload,
+    )
+
+
+def _call(tool: str, fn: Callable[[], dict[str, Any]]) -> CallToolResult:
     try:
-        return fn()
+        return _result(fn())
     except (ArgumentError, ScopeRefused, MemoryCoreError) as exc:
         msg = str(exc)
         raise ToolError(msg) from exc
@@ -104,7 +117,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
         state: State = None,
         namespace: Namespace = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Recall memories for the caller's tenant (and subject): hard filters first, then
         hybrid search, ranking and packing into the token budget. Each record has a score,
         a reason and its token count; query_record says how every candidate was decided."""
@@ -169,7 +182,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
             ),
         ] = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Save one episode of experience. It is tentative: the nightly run may learn from it,
         it never becomes a fact by being saved. Validated, redacted and gated like
         `memctl ingest`; an agent's words never carry the user's authority."""
@@ -204,7 +217,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
         ] = None,
         namespace: Namespace = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Current facts of the caller's subject and tenant, valid at as_of, known at known_at."""
         binding = _guard("memory_facts", resolve, ctx)
         return _call(
@@ -221,7 +234,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
         subject_id: Subject = None,
         namespace: Namespace = None,
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Human-approved procedures whose preconditions all hold in the stated state, each in
         its latest version; query_record.left_out says why the others are not served."""
         binding = _guard("memory_procedures", resolve, ctx)
@@ -233,7 +246,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
         )
 
     @server.tool(name="memory_forget_me", annotations=_DESTROY)
-    def memory_forget_me(subject_id: Subject = None, ctx: Context | None = None) -> dict[str, Any]:
+    def memory_forget_me(subject_id: Subject = None, ctx: Context | None = None) -> CallToolResult:
         """Ask that everything about the subject be deleted: files a deletion request that the
         deletion schedule carries out, with a receipt. Returns the request id."""
         binding = _guard("memory_forget_me", resolve, ctx)
@@ -243,7 +256,7 @@ def register_tools(server: MCPServer, service: MemoryService, resolve: BindingRe
     def memory_deletion_status(
         request_id: Annotated[str, Field(min_length=1, max_length=200)],
         ctx: Context | None = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         """Where a deletion request stands (pending, done, unverified) and its receipt."""
         binding = _guard("memory_deletion_status", resolve, ctx)
         return _call("memory_deletion_status", lambda: service.deletion_status(binding, request_id))
