@@ -380,7 +380,7 @@ def _enricher(
             **trajectory["conditions"],
             **extract_conditions(((r.name, r.content) for r in results), rules),
         }
-        trajectory["observations"] = _observations(results, max_observations, 200)
+        trajectory["observations"] += _observations(results, max_observations, 200)
         if user_turns:
             trajectory["text"] = _truncate("\n".join(user_turns), max_text_chars)
 

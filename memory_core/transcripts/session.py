@@ -19,7 +19,8 @@ turns the parts into episode dicts of the v1 contract:
 - one trajectory episode when the agent called tools or the line states an ``outcome`` (a
   judged run that needed no tool keeps its outcome): goal = the user's first request,
   actions = the tool calls in order (``ToolCall``), outcome from the line (else unknown),
-  conditions from the line, valid time 1 ms after the last part.
+  conditions from the line, valid time 1 ms after the last part; ``observations`` name the
+  calls the provider marked as failed (Anthropic ``is_error``);
 - a message with no text and no tool call (an empty turn) makes no episode; a tool result
   always does (an empty result is information), with ``conditions.tool`` naming the tool.
 
@@ -291,8 +292,8 @@ def _rfc3339(value: datetime) -> str:
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
-    note = f" …[cut: {len(text) - limit} more characters]"
-    return text[: limit - len(note)] + note
+    keep = limit - len(f" …[cut: {len(text)} more characters]")  # room for the longest note
+    return f"{text[:keep]} …[cut: {len(text) - keep} more characters]"
 
 
 def _episode_id(prefix: str, part: Part) -> str:
@@ -331,10 +332,13 @@ def build_episodes(
     previous: datetime | None = None
     goal: str | None = None
     calls: list[ToolCall] = []
+    failed: list[str] = []
     for part in parts:
         if part.role is SourceRole.user and goal is None and part.text.strip():
             goal = _cut(part.text.strip(), MAX_GOAL_CHARS)
         calls += part.calls
+        if part.is_error:  # a failed call, said so by the provider: the trajectory keeps it
+            failed.append(_cut(f"{part.tool} failed: {' '.join(part.text.split())}", 200))
         text = _part_text(part)
         if not text.strip() and part.tool is None:
             continue  # nothing said (an empty message): no episode, the ids stay put
@@ -367,6 +371,7 @@ def build_episodes(
     trajectory = None
     if calls or header.outcome is not None:  # a run that called tools, or one judged
         trajectory = _trajectory(prefix, common, header, goal, calls, previous)
+        trajectory["observations"] += failed[:50]
         if enrich is not None:
             enrich(trajectory)
         episodes.append(trajectory)

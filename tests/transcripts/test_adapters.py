@@ -290,6 +290,62 @@ def test_anthropic_trajectory() -> None:
     ]
     assert trajectory["actions"][0]["args"] == {"order_id": "8812", "api_key": API_KEY}
     assert trajectory["outcome"] == "failure"
+    assert trajectory["observations"] == ["cancel_order failed: refund failed: card expired"]
+
+
+def test_anthropic_server_tool_results_are_tool_output() -> None:
+    line = anthropic_session(
+        messages=[
+            {"role": "user", "content": "What is new in Oslo?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "server_tool_use", "id": "srv_1", "name": "web_search",
+                     "input": {"query": "Oslo news"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "srv_1",
+                     "content": [{"type": "web_search_result", "url": "https://x", "title": "T"}]},
+                    {"type": "text", "text": "Here is the news."},
+                ],
+            },
+        ]
+    )  # fmt: skip
+    adapted = adapt(line, ANTHROPIC)
+    roles = [(o, e["source_role"]) for e, o in _pairs(adapted)]
+    assert roles == [
+        ("system", "system"), ("messages[0]", "user"), ("messages[1]", "tool"),
+        ("messages[1]", "agent"), ("trajectory", "agent"),
+    ]  # fmt: skip
+    assert '"url":"https://x"' in adapted.episodes[2]["text"]
+    assert adapted.trajectory["actions"] == [{"tool": "web_search", "args": {"query": "Oslo news"}}]
+
+
+def test_long_runs_and_long_outputs_are_cut_and_say_so() -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(230):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{n}",
+                        "type": "function",
+                        "function": {"name": "step", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "ok"})
+    messages.append({"role": "tool", "tool_call_id": "c0", "content": "x" * 150_000})
+    adapted = adapt(openai_session(messages=messages))
+    trajectory = adapted.trajectory
+    assert len(trajectory["actions"]) == 200
+    assert trajectory["observations"] == ["230 tool calls; the first 200 are kept"]
+    long = adapted.episodes[-2]["text"]
+    kept = long.index(" …[cut: ")
+    assert len(long) <= 100_000 and long.endswith(f"[cut: {150_000 - kept} more characters]")
+    for episode in adapted.episodes:
+        Episode.model_validate(episode)
 
 
 def test_anthropic_system_as_string_and_plain_content() -> None:
