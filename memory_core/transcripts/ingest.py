@@ -81,13 +81,15 @@ class Sessions:
         otherwise record its errors, naming the message each episode came from."""
         records: list[str] = []
         errors: list[FieldError] = []
+        seen: set[tuple[str, str]] = set()  # a session-wide problem is reported once
         for episode, origin in zip(adapted.episodes, adapted.origins, strict=True):
             record = json.dumps(episode, ensure_ascii=False)
             _, _, errs = exact_line(adapted.line, record, None)
-            errors += [
-                FieldError(adapted.line, f"{origin} -> episode {e.field}", e.reason, e.record_id)
-                for e in errs
-            ]
+            for e in errs:
+                if (e.field, e.reason) not in seen:
+                    seen.add((e.field, e.reason))
+                    where = f"{origin} -> episode {e.field}"
+                    errors.append(FieldError(adapted.line, where, e.reason, e.record_id))
             records.append(record)
         if errors:
             self.errors += errors

@@ -40,7 +40,14 @@ from typing import Any, NoReturn
 from pydantic import TypeAdapter, ValidationError
 
 from memory_core.errors import FieldError, TerminalError
-from memory_core.models import Outcome, Sensitivity, SourceRole, UtcDatetime, content_hash
+from memory_core.models import (
+    Outcome,
+    Sensitivity,
+    SourceRole,
+    UtcDatetime,
+    content_hash,
+    no_control,
+)
 from memory_core.steps import ToolCall, step_text
 
 __all__ = [
@@ -199,6 +206,10 @@ def _str(line: Mapping[str, Any], key: str, *, required: bool) -> str | None:
         fail(key, f"must be a non-empty string, got {kind_of(value)}")
     if len(value) > _ID_CHARS:
         fail(key, f"longer than {_ID_CHARS} characters")
+    try:
+        no_control(value)
+    except ValueError as exc:
+        fail(key, str(exc))
     return value
 
 

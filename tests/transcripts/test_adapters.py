@@ -155,6 +155,7 @@ OPENAI_BAD = [
     ("missing tenant", {"tenant_id": None}, "tenant_id: required"),
     ("blank subject", {"subject_id": "  "}, "subject_id: must be a non-empty string"),
     ("unknown key", {"sesion": "x"}, "sesion: unknown field"),
+    ("control char", {"tenant_id": "ac\x01me"}, "tenant_id: control character U+0001"),
     ("no messages", {"messages": []}, "messages: must be a non-empty list"),
     ("bad outcome", {"outcome": "great"}, "outcome: must be one of"),
     ("naive start", {"started_at": "2026-03-01T09:00:00"}, "started_at: not an RFC3339"),
