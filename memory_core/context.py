@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 __all__ = ["Partition", "RunContext"]
+
+SEP = (",", ":")
 
 
 @dataclass(frozen=True)
@@ -33,4 +36,22 @@ class Partition:
 
     @property
     def key(self) -> str:
-        return f"{self.tenant_id}/{self.namespace}"
+        """One text key per partition, as stored in the stage ledger: the compact JSON array
+        ``["tenant", "namespace"]``. Never the joined ``tenant/namespace``: tenant ``team/a``
+        with namespace ``b`` and tenant ``team`` with namespace ``a/b`` would share it."""
+        return json.dumps([self.tenant_id, self.namespace], ensure_ascii=False, separators=SEP)
+
+    @classmethod
+    def from_key(cls, key: str) -> Partition:
+        """The partition of a ``key``; ValueError for anything else."""
+        try:
+            value = json.loads(key)
+        except ValueError as exc:
+            msg = f"not a partition key: {key!r}"
+            raise ValueError(msg) from exc
+        if not (
+            isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+        ):
+            msg = f"not a partition key: {key!r}"
+            raise ValueError(msg)
+        return cls(value[0], value[1])

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memory_core.context import Partition
 from memory_core.errors import DimensionMismatch, MetaLocked, SchemaTooNew
 from memory_core.stores import open_stores
 from memory_core.stores.audit import record_audit
@@ -138,3 +139,36 @@ def test_ingest_with_other_dimension_fails_clearly(stores, settings):
         ingest_records(
             stores, settings, RunContext(), lines_of(episode()), embedder=HashEmbedder(32)
         )
+
+
+def test_joined_partition_keys_are_migrated_to_unambiguous_ones(settings):
+    """Schema 7: "tenant/namespace" ledger keys become JSON arrays; an ambiguous one (two
+    partitions could have written it) is dropped, so that partition is consolidated again."""
+    meta = MetaStore(settings.meta_path)
+    meta.migrate(target=6)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        ("consolidate", "acme/it", "h1"),
+        ("consolidate", "team/a/b", "h2"),  # team/a + b, or team + a/b: cannot tell
+        ("consolidate", "ünï/support", "h3"),
+        ("access_fold", "log/2026-01-01.jsonl#abc", "file"),  # not a partition: untouched
+    ]
+    with meta.transaction() as con:
+        for stage, key, input_hash in rows:
+            con.execute(
+                "INSERT INTO stage_ledger VALUES (?, ?, ?, 'r1', 'done', ?, ?, '{}')",
+                [stage, key, input_hash, at, at],
+            )
+    meta.migrate()
+    with meta.connect() as con:
+        got = con.execute(
+            "SELECT stage, partition_key, input_hash FROM stage_ledger ORDER BY 1, 3"
+        ).fetchall()
+    assert got == [
+        ("access_fold", "log/2026-01-01.jsonl#abc", "file"),
+        ("consolidate", Partition("acme", "it").key, "h1"),
+        ("consolidate", Partition("ünï", "support").key, "h3"),
+    ]
+    assert Partition("team/a", "b").key != Partition("team", "a/b").key
+    for partition in (Partition("team/a", "b"), Partition("a", 'b"/]'), Partition("", "")):
+        assert Partition.from_key(partition.key) == partition

@@ -30,7 +30,12 @@ class PartitionWork:
     def input_hash(self, config_key: str) -> str:
         """Changes when the partition's input or the relevant config changes."""
         return content_hash(
-            [self.partition.key, self.episodes, str(self.max_recorded_at), config_key]
+            [
+                [self.partition.tenant_id, self.partition.namespace],
+                self.episodes,
+                str(self.max_recorded_at),
+                config_key,
+            ]
         )
 
 

@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.context import RunContext
+from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import InvalidReview, NotFound, ReviewClosed
@@ -262,7 +262,7 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
     result.created = [b.batch_id for b in batches]
     result.items = len(items)
     for b in batches:
-        key = f"{b.tenant_id}/{b.namespace}"
+        key = Partition(b.tenant_id, b.namespace).key
         result.partitions[key] = result.partitions.get(key, 0) + b.item_count
     if ctx.dry_run or not (batches or auto_batches):
         return result  # nothing to batch: a rerun with no new work writes nothing

@@ -160,4 +160,24 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX extracted_facts_scope ON extracted_facts (tenant_id, namespace)",
         ],
     ),
+    (
+        7,
+        [
+            # Stage-ledger partition keys were "tenant/namespace", which two partitions can
+            # share (tenant "team/a" + namespace "b", tenant "team" + namespace "a/b"): one was
+            # then skipped forever. They become JSON arrays (context.Partition.key). A key
+            # with one "/" splits one way; a key with more is ambiguous and is dropped: that
+            # partition is consolidated again, which converges (the ledger only skips work).
+            """DELETE FROM stage_ledger WHERE stage = 'consolidate'
+                AND length(partition_key) - length(replace(partition_key, '/', '')) <> 1""",
+            """INSERT INTO stage_ledger
+                SELECT stage, to_json([split_part(partition_key, '/', 1),
+                                       split_part(partition_key, '/', 2)])::VARCHAR,
+                       input_hash, run_id, status, started_at, finished_at, result
+                FROM stage_ledger WHERE stage = 'consolidate'
+                ON CONFLICT DO NOTHING""",
+            """DELETE FROM stage_ledger WHERE stage = 'consolidate'
+                AND NOT starts_with(partition_key, '[')""",
+        ],
+    ),
 ]

@@ -202,3 +202,38 @@ def test_artifacts_carry_ids_and_counts_never_subjects_or_memory_text(ingest, se
         blob = json.dumps([artifact.data, artifact.description], default=str)
         for secret in ("zoe.privacy", "Quokka", said):
             assert secret not in blob, (artifact.key, secret)
+
+
+def test_partitions_whose_joined_names_collide_are_both_consolidated(ingest, stores, settings):
+    """Tenant ``team/a`` + namespace ``b`` and tenant ``team`` + namespace ``a/b`` once shared
+    the ledger key ``team/a/b``: with the same episode count and transaction time, the second
+    partition found the first one's ledger entry and was skipped forever."""
+
+    def scope(tenant: str, namespace: str) -> list[str]:
+        out = []
+        for line in _seed_scenario():
+            record = json.loads(line)
+            record.update(tenant_id=tenant, namespace=namespace)
+            record["episode_id"] = f"{tenant}|{namespace}|{record['episode_id']}"
+            out.append(json.dumps(record))
+        return out
+
+    at = datetime(2026, 7, 31, tzinfo=UTC)  # the same transaction time for both
+    ingest(scope("team/a", "b"), now=at)
+    first = run_nightly(settings, now=NOW)
+    assert (first["partitions"], first["skipped"]) == (1, 0)
+    ingest(scope("team", "a/b"), now=at)
+    second = run_nightly(settings, now=NOW)
+    assert (second["partitions"], second["skipped"]) == (2, 1)  # only team/a|b had nothing new
+    with stores.meta.connect() as con:
+        clustered = con.execute(
+            "SELECT DISTINCT tenant_id, namespace FROM clusters ORDER BY 1, 2"
+        ).fetchall()
+        keys = con.execute(
+            "SELECT partition_key FROM stage_ledger WHERE stage = 'consolidate' ORDER BY 1"
+        ).fetchall()
+    assert clustered == [("team", "a/b"), ("team/a", "b")]
+    assert keys == [('["team","a/b"]',), ('["team/a","b"]',)]
+    scopes = {(c.tenant_id, c.namespace) for c in list_candidates(stores.meta)}
+    assert scopes == {("team", "a/b"), ("team/a", "b")}
+    assert run_nightly(settings, now=NOW)["skipped"] == 2

@@ -47,7 +47,7 @@ def test_batches_are_grouped_by_scope_and_kind_and_bounded(tmp_path, kit):
     consolidate(mem, JUNE_28, tenant="globex")
     result = _build(mem)
     assert result.items == 4
-    assert result.partitions == {"acme/it": 3, "globex/it": 1}
+    assert result.partitions == {'["acme","it"]': 3, '["globex","it"]': 1}
     batches = list_batches(mem.stores.meta)
     assert sorted((b.tenant_id, b.item_count) for b in batches) == [
         ("acme", 1), ("acme", 2), ("globex", 1),
