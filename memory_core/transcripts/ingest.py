@@ -108,28 +108,34 @@ class Sessions:
 def read_sessions(path: Path, fmt: TranscriptFormat) -> Sessions:
     """Adapt and validate every non-blank line of ``path``; never raises on bad lines."""
     out = Sessions()
-    for number, data in enumerate(Path(path).read_bytes().split(b"\n"), start=1):
-        try:
-            raw = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            out.errors.append(FieldError(number, "(line)", f"not UTF-8 text: {exc.reason}"))
-            out.bad_raw[number] = data.decode("utf-8", errors="replace")
-            out.lines += 1
-            continue
-        if not raw.strip():
-            continue
-        out.lines += 1
-        try:
-            adapted = adapt_line(number, raw, fmt)
-        except TranscriptError as exc:
-            out.errors.append(exc.error)
-            out.bad_raw[number] = raw
-            continue
-        before = len(out.errors)
-        out.add(adapted)
-        if len(out.errors) > before:
-            out.bad_raw[number] = raw
+    with Path(path).open("rb") as handle:  # line by line: the raw file is never held whole
+        for number, data in enumerate(handle, start=1):
+            _read_line(out, number, data.removesuffix(b"\n"), fmt)
     return out
+
+
+def _read_line(out: Sessions, number: int, data: bytes, fmt: TranscriptFormat) -> None:
+    """One line into ``out``: its session's records, or its errors and raw text."""
+    try:
+        raw = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        out.lines += 1
+        out.errors.append(FieldError(number, "(line)", f"not UTF-8 text: {exc.reason}"))
+        out.bad_raw[number] = data.decode("utf-8", errors="replace")
+        return
+    if not raw.strip():
+        return
+    out.lines += 1
+    try:
+        adapted = adapt_line(number, raw, fmt)
+    except TranscriptError as exc:
+        out.errors.append(exc.error)
+        out.bad_raw[number] = raw
+        return
+    before = len(out.errors)
+    out.add(adapted)
+    if len(out.errors) > before:
+        out.bad_raw[number] = raw
 
 
 def ingest_transcripts(

@@ -199,3 +199,20 @@ def test_cli_ingest_from(tmp_path) -> None:
     # the default is today's contract: a session line is not an episode
     plain = memctl("ingest", str(good), "--format", "json")
     assert plain.returncode == 1 and "line 1" in plain.stderr
+
+
+def test_crlf_lines_and_a_line_that_is_not_utf8(tmp_path, run, stores) -> None:
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes(
+        json.dumps(openai_session()).encode() + b"\r\n"
+        + b'{"session_id": "\xff"}\r\n\r\n'
+        + json.dumps(openai_session(session_id="z")).encode()
+    )  # fmt: skip
+    with pytest.raises(ValidationFailed) as info:
+        run(path, OPENAI)
+    assert [str(e) for e in info.value.errors] == [
+        "line 2: (line): not UTF-8 text: invalid start byte"
+    ]
+    result = run(path, OPENAI, quarantine=True)
+    assert (result.lines, result.sessions, result.quarantined) == (3, 2, 1)
+    assert {r["session_id"] for r in rows(stores)} == {"chatcmpl-session-0001", "z"}
