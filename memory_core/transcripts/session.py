@@ -307,6 +307,14 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:keep]} …[cut: {len(text) - keep} more characters]"
 
 
+def _after(previous: datetime, where: str) -> datetime:
+    """1 ms after ``previous``; a session at the very end of the calendar cannot go on."""
+    try:
+        return previous + _STEP
+    except OverflowError:
+        fail(where, "valid time would pass 9999-12-31: started_at or timestamp out of range")
+
+
 def _episode_id(prefix: str, part: Part) -> str:
     if part.index is None:
         return f"{prefix}-sys"
@@ -355,7 +363,7 @@ def build_episodes(
             continue  # nothing said (an empty message): no episode, the ids stay put
         at = part.timestamp
         if at is None:
-            at = header.started_at if previous is None else previous + _STEP
+            at = header.started_at if previous is None else _after(previous, part.where)
         if at is None:
             where = f"{part.where}.timestamp"
             fail(
@@ -364,7 +372,7 @@ def build_episodes(
                 "time must be the same on every re-ingest",
             )
         if previous is not None and at <= previous:
-            at = previous + _STEP  # same or earlier time: the transcript's order wins
+            at = _after(previous, part.where)  # same or earlier time: the order wins
         previous = at
         episode: dict[str, Any] = {
             **common,
@@ -398,7 +406,7 @@ def _trajectory(
     calls: list[ToolCall],
     last: datetime | None,
 ) -> dict[str, Any]:
-    at = header.started_at if last is None else last + _STEP
+    at = header.started_at if last is None else _after(last, "trajectory")
     if at is None:
         fail("started_at", "required when no message has text or a timestamp")
     observations = []

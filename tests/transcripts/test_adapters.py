@@ -241,6 +241,11 @@ def test_tool_result_without_a_call_is_refused() -> None:
     assert "messages[2].tool_call_id: tool result without a call" in error_of(line)
 
 
+def test_the_end_of_the_calendar_is_an_error_not_a_crash() -> None:
+    line = openai_session(started_at="9999-12-31T23:59:59.999999Z")
+    assert "messages[1]: valid time would pass 9999-12-31" in error_of(line)
+
+
 def test_started_at_is_required_without_timestamps() -> None:
     line = openai_session()
     del line["started_at"]
@@ -476,6 +481,9 @@ ANTHROPIC_MESSAGE = st.fixed_dictionaries(
 )
 
 
+STARTS = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00", "9999-12-31T23:59:59.998Z"]
+
+
 def session_line(
     message: st.SearchStrategy[Any], **optional: st.SearchStrategy[Any]
 ) -> st.SearchStrategy[Any]:
@@ -487,7 +495,7 @@ def session_line(
             "messages": mostly(st.lists(message, min_size=1, max_size=6)),
         },
         optional={
-            "started_at": mostly(st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00"])),
+            "started_at": mostly(st.sampled_from(STARTS)),
             "outcome": mostly(st.sampled_from(["success", "failure", "unknown"])),
             "conditions": mostly(st.dictionaries(TEXT, TEXT, max_size=2)),
             **optional,
