@@ -25,6 +25,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.maintenance import check_tags, index_health, purge_versions, scan_versions
+from memory_core.stores.residue import Needles, Orchestrator, scan_home, scrub_product_inputs
 from memory_core.stores.schemas import ID_COLUMN, TABLES
 
 __all__ = ["Target", "forget"]
@@ -76,10 +78,12 @@ class Target:
         return self.subject_id if self.subject_id is not None else (self.episode_id or "")
 
 
-def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list[str]]:
-    """({table: ids} of the target's rows in every version-current table, text hashes)."""
+def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """({table: ids} of the target's rows in every version-current table, text hashes, the
+    verbatim texts: needles for copies outside our rows, e.g. an orchestrator's form)."""
     ids: dict[str, list[str]] = {}
     hashes: list[str] = []
+    texts: list[str] = []
     existing = set(stores.lance.table_names())
     for name in TABLES:
         if name not in existing or (target.kind == "episode" and name != "episodes"):
@@ -90,7 +94,10 @@ def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list
         if rows.num_rows:
             ids[name] = rows.column(ID_COLUMN[name]).to_pylist()
             hashes += text_hashes_of(name, rows)
-    return ids, hashes
+            for column in ("text", "feedback"):
+                if column in rows.column_names:
+                    texts += [t for t in rows.column(column).to_pylist() if t]
+    return ids, hashes, texts
 
 
 def _recompute_clusters(stores: Stores, settings: Settings, gone: list[str]) -> tuple[list, list]:
@@ -176,8 +183,9 @@ def _verify(stores: Stores, settings: Settings, target: Target, ids: list[str],
         if stale:
             residue[f"index.{name}"] = stale
     needles = [target.name, *ids[:_NEEDLE_LIMIT]]
+    words = [target.subject_id] if target.subject_id is not None else []
     for table, count in fstore.find_needles(
-        stores.meta, needles, tenant_id=target.tenant_id, exclude_request=request_id
+        stores.meta, needles, tenant_id=target.tenant_id, exclude_request=request_id, words=words
     ).items():
         residue[f"duckdb.{table}"] = count
     left = _scrub_access_log(settings, target, set(ids))  # a second pass finds nothing
@@ -194,14 +202,18 @@ def forget(
     *,
     embedder: Embedder | None = None,
     request_id: str | None = None,
+    orchestrator: Orchestrator | None = None,
 ) -> dict[str, Any]:
-    """Delete the target everywhere, purge old versions, verify, and return the receipt."""
+    """Delete the target everywhere, purge old versions, verify, and return the receipt.
+
+    ``orchestrator`` (Prefect, from ``flows/privacy.py``) removes its own copies that hold
+    the target; the receipt lists them by kind and id."""
     t0 = time.perf_counter()
     tables = [t for t in TABLES if t in stores.lance.table_names()]
     check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
     with stores.meta.connect() as con:
         unclassified = fstore.unclassified_tables(con)
-    ids_by_table, hashes = _collect(stores, target)
+    ids_by_table, hashes, texts = _collect(stores, target)
     record_ids = sorted({i for ids in ids_by_table.values() for i in ids})
     if target.subject_id is not None:  # sources no longer in Lance (compacted) still count
         record_ids = sorted(
@@ -234,6 +246,11 @@ def forget(
         stores.lance.delete(name, target.where())
         lance_deleted[name] = len(ids)
     log_lines = _scrub_access_log(settings, target, set(record_ids))
+    inputs = (
+        scrub_product_inputs(settings.home, target.subject_id, target.tenant_id)
+        if target.subject_id is not None
+        else {}
+    )
     marks["delete"] = time.perf_counter()
     purged = [
         purge_versions(stores.lance, name, drop_tags=settings.forget.drop_tags,
@@ -241,6 +258,9 @@ def forget(
         for name in tables
     ]  # fmt: skip
     marks["purge"] = time.perf_counter()
+    needles = Needles.of([target.name], [*record_ids, *candidates], texts)
+    removed = orchestrator.purge(needles) if orchestrator is not None else []
+    marks["orchestrator"] = time.perf_counter()
     verification = _verify(stores, settings, target, record_ids, request_id)
     marks["verify"] = time.perf_counter()
     names, stamps = list(marks), [t0, *marks.values()]
@@ -261,6 +281,8 @@ def forget(
         "control_plane_rows": control,
         "clusters": {"recomputed": len(updates), "dropped": len(dropped)},
         "access_log_lines": log_lines,
+        "product_inputs_scrubbed": inputs,
+        "orchestrator_removed": removed,
         "versions_purged": {p.table: p.versions_purged for p in purged},
         "fragments_rewritten": {p.table: p.fragments_rewritten for p in purged},
         "tags_dropped": {p.table: p.tags_dropped for p in purged if p.tags_dropped},
@@ -284,8 +306,58 @@ def forget(
                 con, request_id, status="done" if verification["verified"] else "unverified",
                 done_at=ctx.now, receipt_id=receipt_id, target=target_hash,
             )  # fmt: skip
+    _verify_bytes(stores, settings, receipt, needles, orchestrator, request_id)
     logger.info(
         "forget %s run=%s rows=%d verified=%s in %.2fs", target.kind, ctx.run_id,
         sum(lance_deleted.values()), verification["verified"], receipt["duration_s"],
     )  # fmt: skip
     return receipt
+
+
+def _verify_bytes(stores: Stores, settings: Settings, receipt: dict[str, Any], needles: Needles,
+                  orchestrator: Orchestrator | None, request_id: str | None) -> None:  # fmt: skip
+    """After the receipt is stored: rewrite the DuckDB file (no freed block keeps a deleted
+    row, nor the request's clear target), then scan every byte under the home and ask the
+    orchestrator; residue turns the stored receipt (and its request) unverified."""
+    t0 = time.perf_counter()
+    receipt["meta_file_rewrite_s"] = round(stores.meta.rewrite(), 3)
+    names = needles.names
+    verification = receipt["verification"]
+    verification["home_scan"] = "every file: the name and the record ids"
+    if _name_elsewhere(stores, receipt["tenant_id"], names):
+        names = ()  # another tenant's subject of this name is still rightly stored
+        verification["home_scan"] = "every file: record ids (the name is another tenant's too)"
+    files = scan_home(settings.home, Needles.of(names, needles.ids))
+    left = orchestrator.residue(needles) if orchestrator is not None else {}
+    if files:
+        verification["residue"]["home_files"] = files
+    if left:
+        verification["residue"]["orchestrator"] = left
+    receipt["seconds"]["bytes"] = round(time.perf_counter() - t0, 3)
+    if not (files or left):
+        return
+    verification["verified"] = False
+    with stores.meta.transaction() as con:
+        store_receipt(con, receipt_id=receipt["receipt_id"], kind=receipt["kind"],
+                      at=datetime.fromisoformat(receipt["at"]), run_id=receipt["run_id"],
+                      body=receipt, replace=True)  # fmt: skip
+        con.execute(
+            "UPDATE audit_log SET detail = json_object('receipt_id', ?, 'verified', false) "
+            "WHERE action = ? AND json_extract_string(detail, '$.receipt_id') = ?",
+            [receipt["receipt_id"], receipt["kind"], receipt["receipt_id"]],
+        )
+        if request_id is not None:
+            con.execute(
+                "UPDATE deletion_requests SET status = 'unverified' WHERE request_id = ?",
+                [request_id],
+            )
+
+
+def _name_elsewhere(stores: Stores, tenant_id: str | None, names: tuple[str, ...]) -> bool:
+    """A tenant-scoped deletion whose subject id also names a subject of another tenant."""
+    if tenant_id is None or not names:
+        return False
+    quoted = ", ".join(sql_quote(n) for n in names)
+    where = f"subject_id IN ({quoted}) AND tenant_id <> {sql_quote(tenant_id)}"
+    existing = set(stores.lance.table_names())
+    return any(stores.lance.count(t, where) for t in TABLES if t in existing)

@@ -50,8 +50,11 @@ def store_receipt(
     at: datetime,
     run_id: str | None,
     body: dict[str, Any],
+    replace: bool = False,
 ) -> None:
+    """Store a receipt once; ``replace`` rewrites its body (a later check changed it)."""
+    on_conflict = "DO UPDATE SET body = excluded.body" if replace else "DO NOTHING"
     con.execute(
-        "INSERT INTO receipts VALUES (?, ?, ?, ?, ?) ON CONFLICT (receipt_id) DO NOTHING",
+        f"INSERT INTO receipts VALUES (?, ?, ?, ?, ?) ON CONFLICT (receipt_id) {on_conflict}",
         [receipt_id, kind, at, run_id, json.dumps(body, sort_keys=True, default=str)],
     )

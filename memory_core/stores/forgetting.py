@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -273,12 +275,11 @@ def purge_subject_rows(
         "OR list_contains(?, derived_id)",
         [subject_id, *tparams, ids, ids],
     )
-    quoted = json.dumps(subject_id)
     run(
         "quarantine",
-        f"DELETE FROM quarantine WHERE ((subject_id = ? OR contains(raw, ?)) {tenant}) "
-        "OR list_contains(?, episode_id)",
-        [subject_id, quoted, *tparams, ids],
+        f"DELETE FROM quarantine WHERE (subject_id = ? {tenant}) OR list_contains(?, episode_id) "
+        "OR list_contains(?, quarantine_id)",
+        [subject_id, *tparams, ids, _raw_naming(con, subject_id, tenant_id)],
     )
     run(
         "embedding_cache",
@@ -361,6 +362,41 @@ def _purge_extracted(
         params,
     )
     run("extracted_facts", f"DELETE FROM extracted_facts WHERE {hit}", params)
+
+
+# Characters an id is made of: a subject named in raw text counts only where it stands alone
+# ("ann" is not named by "joanna" or "ann.lee"); RE2 has no look-behind, hence the groups.
+_ID_CHARS = r"A-Za-z0-9_.@\-"
+
+
+def word_pattern(name: str) -> str:
+    """RE2/Python pattern matching ``name`` as a whole id inside free text."""
+    return f"(^|[^{_ID_CHARS}]){re.escape(name)}($|[^{_ID_CHARS}])"
+
+
+def _spellings(name: str) -> list[str]:
+    """The name as raw input may hold it: plain, and JSON-escaped (non-ASCII as \\uXXXX)."""
+    return sorted({name, json.dumps(name)[1:-1]})
+
+
+def _raw_naming(
+    con: duckdb.DuckDBPyConnection, subject_id: str, tenant_id: str | None
+) -> list[str]:
+    """Quarantined lines whose raw text names the subject although no field was parsed.
+
+    A line rejected because its JSON is truncated has no parsed tenant or subject; its raw
+    text can still name the subject (``..."subject_id": "S`` cut before the closing quote).
+    With a tenant, lines of another parsed tenant are left alone; unparsed ones go.
+    """
+    hits: list[str] = []
+    for spelling in _spellings(subject_id):
+        rows = con.execute(
+            "SELECT quarantine_id FROM quarantine WHERE regexp_matches(raw, ?) "
+            "AND (? IS NULL OR tenant_id IS NULL OR tenant_id = ?)",
+            [word_pattern(spelling), tenant_id, tenant_id],
+        ).fetchall()
+        hits += [r[0] for r in rows]
+    return sorted(set(hits))
 
 
 def purge_record_rows(
@@ -452,22 +488,26 @@ def find_needles(
     *,
     tenant_id: str | None,
     exclude_request: str | None = None,
+    words: Sequence[str] = (),
 ) -> dict[str, int]:
     """Rows of ANY DuckDB table whose text columns hold a needle: {table: rows}.
 
     A VARCHAR/JSON value matches when it equals the needle or contains it JSON-quoted (ids
-    inside JSON documents). With ``tenant_id``, tables that have a tenant column only count
-    that tenant's rows (another tenant's subject of the same name is not this subject).
+    inside JSON documents); a ``words`` entry (the subject's name) also matches where it
+    stands alone in free text, quoted or not (a truncated line, a sentence). With
+    ``tenant_id``, tables that have a tenant column only count that tenant's rows and rows
+    of no known tenant (another tenant's subject of the same name is not this subject).
     """
     hits: dict[str, int] = {}
     wanted = sorted({n for n in needles if n})
     if not wanted:
         return hits
-    table = pa.table(
-        {"needle": wanted, "quoted": [json.dumps(n) for n in wanted]},
-    )
+    patterns = sorted({word_pattern(s) for w in words if w for s in _spellings(w)})
     with meta.connect() as con:
-        con.register("_needles", table)
+        con.register(
+            "_needles", pa.table({"needle": wanted, "quoted": [json.dumps(n) for n in wanted]})
+        )
+        con.register("_words", pa.table({"pattern": pa.array(patterns, pa.string())}))
         columns = con.execute(
             """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
             FILTER (WHERE c.data_type IN ('VARCHAR', 'JSON')),
@@ -483,7 +523,11 @@ def find_needles(
             match = " OR ".join(
                 f'n.needle = "{c}"::VARCHAR OR contains("{c}"::VARCHAR, n.quoted)' for c in cols
             )
-            where = f"EXISTS (SELECT 1 FROM _needles n WHERE {match})"
+            word = " OR ".join(f'regexp_matches("{c}"::VARCHAR, w.pattern)' for c in cols)
+            where = (
+                f"(EXISTS (SELECT 1 FROM _needles n WHERE {match}) "
+                f"OR EXISTS (SELECT 1 FROM _words w WHERE {word}))"
+            )
             params: list[Any] = []
             if tenant_id is not None and has_tenant:
                 where += " AND (tenant_id = ? OR tenant_id IS NULL)"
@@ -502,4 +546,5 @@ def find_needles(
             if row and row[0][0]:
                 hits[name] = int(row[0][0])
         con.unregister("_needles")
+        con.unregister("_words")
     return hits

@@ -118,6 +118,13 @@ def purge_versions(
         ds.optimize.optimize_indices()
         stats.indices_optimized = True
         ds = _dataset(store, name)
+    if not stats.fragments_rewritten and not stats.indices_optimized:
+        # A delete that dropped whole fragments leaves nothing to compact, so it stays the
+        # latest version, and its transaction file and manifest keep the delete predicate
+        # (``subject_id = '...'``) through cleanup. A config-only commit supersedes it
+        # without touching data or racing writers (a restore would revert them).
+        ds.update_config({"memctl.purged": "1"})
+        ds = _dataset(store, name)
     cleanup = ds.cleanup_old_versions(
         older_than=older_than,
         delete_unverified=delete_unverified,

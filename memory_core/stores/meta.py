@@ -113,6 +113,40 @@ class MetaStore:
                 raise
             con.execute("COMMIT")
 
+    def rewrite(self) -> float:
+        """Copy the live data into a fresh file and put it in place; returns the seconds taken.
+
+        DuckDB reuses freed blocks but never clears them: after a DELETE and a checkpoint the
+        deleted rows' bytes stay in the file (CHECKPOINT, FORCE CHECKPOINT and VACUUM all left
+        them on duckdb 2.0). Forgetting must not leave them, so the file is rewritten: ``COPY
+        FROM DATABASE`` (schema, constraints, indexes, data) into ``<file>.rewrite``, then an
+        atomic rename. The old file stays open read-write until the rename, so DuckDB's lock
+        keeps every other process out meanwhile; one that waits opens the new file. Refused
+        inside this process's ``session()``, whose connection would keep the old file.
+        """
+        if self._session is not None:
+            msg = f"cannot rewrite {self.path} inside a session; call it between stages"
+            raise StoreError(msg)
+        started = time.perf_counter()
+        fresh = self.path.with_name(self.path.name + ".rewrite")
+        fresh.unlink(missing_ok=True)
+        con = self._open()
+        try:
+            con.execute("CHECKPOINT")
+            name = con.execute("SELECT current_database()").fetchone()
+            con.execute(f"ATTACH '{_sql_path(fresh)}' AS _fresh")
+            try:
+                con.execute(f'COPY FROM DATABASE "{name[0] if name else "meta"}" TO _fresh')
+            finally:
+                con.execute("DETACH _fresh")
+            fresh.replace(self.path)
+        except BaseException:
+            fresh.unlink(missing_ok=True)
+            raise
+        finally:
+            con.close()
+        return time.perf_counter() - started
+
     def schema_version(self) -> int:
         with self.connect() as con:
             return _current_version(con)
@@ -142,6 +176,10 @@ class MetaStore:
             raise SchemaTooNew(str(self.path), current, latest_schema_version())
         if current < latest_schema_version():
             self.migrate()
+
+
+def _sql_path(path: Path) -> str:
+    return str(path).replace("'", "''")
 
 
 def _current_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -1,0 +1,196 @@
+"""What a deletion must not leave anywhere: needles, and the scan of every byte under the home.
+
+Row-level checks (every Lance version, every DuckDB text column) prove the stores hold no
+live row of a forgotten subject. They cannot see bytes outside rows: DuckDB's freed blocks,
+a SQLite database the orchestrator keeps under the home, pickled results, log files, copies
+of input the product wrote (``<home>/demo``). ``scan_home`` reads every file under the home,
+so a receipt's ``verified: true`` is a statement about bytes, not only about rows.
+
+A name (subject or episode id) matches where it stands alone: ``ann`` is not named by
+``joanna`` or ``ann.lee``. It is searched as stored UTF-8 and JSON-escaped (``\\u00eb``).
+Compressed pages (Lance, DuckDB) are covered by the row-level checks, not by this scan.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "Needles",
+    "Orchestrator",
+    "home_files",
+    "scan_home",
+    "scrub_product_inputs",
+]
+
+_ID_BYTES = rb"A-Za-z0-9_.@\-"
+_NOT_ID_BEFORE = rb"(?<![" + _ID_BYTES + rb"])"
+_NOT_ID_AFTER = rb"(?![" + _ID_BYTES + rb"])"
+_MIN_TEXT = 16  # shorter statements ("ok", "thanks") say nothing about anyone
+_MIN_FREE_NAME = 6  # bytes: a shorter name is searched JSON-quoted only
+_MIN_ID = 12  # bytes: shorter ids are checked row by row, not in raw bytes
+
+
+@dataclass(frozen=True)
+class Needles:
+    """What identifies a forgotten target's data outside our own rows.
+
+    ``names``: the subject (or episode) id, matched as a whole id; ``ids``: its record and
+    candidate ids, matched anywhere; ``texts``: its verbatim statements, matched anywhere.
+    """
+
+    names: tuple[str, ...]
+    ids: tuple[str, ...] = ()
+    texts: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def of(
+        cls, names: Iterable[str], ids: Iterable[str] = (), texts: Iterable[str] = ()
+    ) -> Needles:
+        return cls(
+            names=tuple(sorted({n for n in names if n})),
+            ids=tuple(sorted({i for i in ids if i})),
+            texts=tuple(sorted({t for t in texts if t and len(t.strip()) >= _MIN_TEXT})),
+        )
+
+    def _name_patterns(self) -> list[re.Pattern[bytes]]:
+        """A long name as a whole id; a short one only JSON-quoted (``"u1"``): two free
+        bytes turn up by chance in binary pages (vectors), a quoted six do not."""
+        out = []
+        for name in self.names:
+            for spelling in sorted({name, json.dumps(name)[1:-1]}):
+                raw = spelling.encode()
+                if len(raw) < _MIN_FREE_NAME:
+                    out.append(re.compile(re.escape(b'"' + raw + b'"')))
+                else:
+                    out.append(re.compile(_NOT_ID_BEFORE + re.escape(raw) + _NOT_ID_AFTER))
+        return out
+
+    def _plain(self) -> list[bytes]:
+        """Ids long enough not to occur by chance (generated ids are), and the texts."""
+        return [x.encode() for x in (*self.ids, *self.texts) if len(x.encode()) >= _MIN_ID]
+
+    def found_in(self, text: str | bytes) -> list[str]:
+        """Which kinds of needle (``name``, ``id``, ``text``) ``text`` holds."""
+        blob = text.encode() if isinstance(text, str) else text
+        kinds = []
+        if any(p.search(blob) for p in self._name_patterns()):
+            kinds.append("name")
+        if any(i.encode() in blob for i in self.ids if len(i.encode()) >= _MIN_ID):
+            kinds.append("id")
+        if any(t.encode() in blob for t in self.texts):
+            kinds.append("text")
+        return kinds
+
+
+class Orchestrator(Protocol):
+    """The orchestrator's copies (Prefect: artifacts, run inputs, results, logs, events).
+
+    The library never imports the orchestrator; ``flows/privacy.py`` implements this and the
+    CLI and the deletion flow hand it to ``forget``.
+    """
+
+    def purge(self, needles: Needles) -> list[dict[str, str]]:
+        """Remove every object holding a needle; returns them as ``{"kind", "id"}``."""
+        ...
+
+    def residue(self, needles: Needles) -> dict[str, int]:
+        """Objects still holding a needle, by kind (empty when clean)."""
+        ...
+
+
+def home_files(home: Path) -> Iterator[Path]:
+    """Every regular file under the home (symlinks are not followed)."""
+    for path in sorted(home.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            yield path
+
+
+def _file_holds(path: Path, patterns: list[re.Pattern[bytes]], plain: list[bytes]) -> bool:
+    try:
+        with path.open("rb") as fh:
+            if path.stat().st_size == 0:
+                return False
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return any(p.search(data) for p in patterns) or any(
+                    data.find(x) >= 0 for x in plain
+                )
+    except (FileNotFoundError, ValueError):  # gone meanwhile, or emptied
+        return False
+
+
+def scan_home(home: Path, needles: Needles) -> list[str]:
+    """Paths (relative to the home) of files whose bytes hold a needle."""
+    patterns, plain = needles._name_patterns(), needles._plain()
+    return [
+        str(path.relative_to(home))
+        for path in home_files(home)
+        if _file_holds(path, patterns, plain)
+    ]
+
+
+# -- copies of input the product itself wrote into the home ---------------------------------
+
+PRODUCT_INPUT_DIRS = ("demo",)  # `memctl demo` writes its generated episodes and truth here
+
+
+def _names_subject(item: Any, subject_id: str, tenant_id: str | None) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("subject_id") == subject_id
+        and (tenant_id is None or item.get("tenant_id") in (tenant_id, None))
+    )
+
+
+def _without(value: Any, subject_id: str, tenant_id: str | None) -> Any:
+    if isinstance(value, list):
+        return [
+            _without(v, subject_id, tenant_id)
+            for v in value
+            if v != subject_id and not _names_subject(v, subject_id, tenant_id)
+        ]
+    if isinstance(value, dict):
+        return {k: _without(v, subject_id, tenant_id) for k, v in value.items()}
+    return value
+
+
+def scrub_product_inputs(home: Path, subject_id: str, tenant_id: str | None) -> dict[str, int]:
+    """Take the subject out of the input copies the product wrote; {relative path: items}.
+
+    JSON lines naming the subject (or, unparseable, naming it in their text) are dropped; in
+    JSON documents the subject's id leaves every list and its records leave every list.
+    Files a user put under the home are not touched: the home scan reports them.
+    """
+    needles = Needles.of([subject_id])
+    changed: dict[str, int] = {}
+    for folder in PRODUCT_INPUT_DIRS:
+        for path in sorted((home / folder).glob("*.json*")):
+            raw = path.read_bytes()
+            if not needles.found_in(raw):
+                continue
+            if path.suffix == ".jsonl":
+                kept, dropped = [], 0
+                for line in raw.decode("utf-8", errors="replace").splitlines():
+                    try:
+                        gone = _names_subject(json.loads(line), subject_id, tenant_id)
+                    except ValueError:
+                        gone = bool(needles.found_in(line))
+                    dropped += gone
+                    if not gone:
+                        kept.append(line)
+                text = "".join(k + "\n" for k in kept)
+            else:
+                doc = json.loads(raw)
+                text = json.dumps(_without(doc, subject_id, tenant_id), indent=2) + "\n"
+                dropped = 1
+            tmp = path.with_suffix(path.suffix + ".scrub")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+            changed[str(path.relative_to(home))] = dropped
+    return changed

@@ -1,0 +1,175 @@
+"""Issue 18: deletion reaches every byte under the home, or the receipt says it did not.
+
+Each test is one finding of the outside test: freed DuckDB pages, a quarantined line whose
+truncated JSON names the subject, the demo's input copies, and a file the product does not
+own (which must turn ``verified`` false rather than be ignored).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memory_core.context import Partition, RunContext
+from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.forget import forget_subject
+from memory_core.stages.mine import mine_partition
+from memory_core.stores.residue import Needles, scan_home
+from tests.conftest import NOW, episode, lines_of
+
+SUBJECT = "quentin.privacy"
+SAID = "Please send my payslips to the Basel office from now on."
+
+
+def _statements(subject: str = SUBJECT, tenant: str = "acme") -> list[str]:
+    return lines_of(
+        *[
+            episode(
+                episode_id=f"{subject}-{i}",
+                tenant_id=tenant,
+                subject_id=subject,
+                source_role="user",
+                text=SAID,
+                occurred_at=f"2026-07-0{i + 1}T10:00:00Z",
+                claims=[{"predicate": "payslip_office", "object": "Basel", "span": SAID}],
+            )
+            for i in range(3)
+        ]
+    )
+
+
+def _consolidate(stores, settings) -> None:
+    ctx = RunContext(now=NOW)
+    cluster_partition(stores, settings.cluster, ctx, Partition("acme", "it"))
+    mine_partition(stores, settings, ctx, Partition("acme", "it"))
+
+
+def _bytes_naming(home: Path, *needles: str) -> list[str]:
+    return [
+        str(p.relative_to(home))
+        for p in sorted(home.rglob("*"))
+        if p.is_file() and any(n.encode() in p.read_bytes() for n in needles)
+    ]
+
+
+def test_no_freed_duckdb_page_keeps_the_subject(stores, settings, ingest):
+    ingest([*_statements(), *lines_of(episode(episode_id="other", subject_id="olga.other"))])
+    _consolidate(stores, settings)
+    meta = settings.home / "meta.duckdb"
+    assert SUBJECT.encode() in meta.read_bytes()  # candidates and evidence name the subject
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), SUBJECT)
+    assert receipt["verification"]["verified"], receipt["verification"]
+    assert SUBJECT.encode() not in meta.read_bytes()  # no live row, and no freed page
+    assert not list(settings.home.glob("meta.duckdb.*"))  # no WAL or half-written copy
+    with stores.meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM schema_version").fetchone()[0] >= 1
+    assert stores.lance.count("episodes", "subject_id = 'olga.other'") == 1
+
+
+def test_rewritten_meta_file_keeps_schema_constraints_and_rows(stores, settings, ingest):
+    ingest([*_statements(subject="olga.other")])
+    _consolidate(stores, settings)
+
+    def shape() -> tuple:
+        with stores.meta.connect() as con:
+            tables = con.execute(
+                "SELECT table_name, sql FROM duckdb_tables() ORDER BY 1"
+            ).fetchall()
+            constraints = con.execute(
+                "SELECT table_name, constraint_type, constraint_text FROM duckdb_constraints() "
+                "ORDER BY ALL"
+            ).fetchall()
+            indexes = con.execute(
+                "SELECT index_name, sql FROM duckdb_indexes() ORDER BY 1"
+            ).fetchall()
+            counts = {
+                t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t, _ in tables
+            }
+        return tables, constraints, indexes, counts
+
+    before = shape()
+    stores.meta.rewrite()
+    assert shape() == before
+
+
+def test_truncated_quarantined_line_naming_the_subject_is_deleted(stores, settings, ingest):
+    cut = json.dumps(episode(episode_id="cut1", subject_id=SUBJECT, text=SAID))
+    cut = cut[: cut.index(SUBJECT) + len(SUBJECT)]  # ..."subject_id": "quentin.privacy
+    kept = json.dumps(episode(episode_id="cut2", subject_id="quentin.privacyx"))[:60]
+    result = ingest([*_statements(), cut, kept], quarantine=True)
+    assert result.quarantined == 2
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), SUBJECT, tenant_id="acme")
+    assert receipt["verification"]["verified"], receipt["verification"]
+    with stores.meta.connect() as con:
+        raws = [r[0] for r in con.execute("SELECT raw FROM quarantine").fetchall()]
+    assert raws == [kept]  # a longer id that merely starts with the subject's is another's
+    assert _bytes_naming(settings.home, f'{SUBJECT}"', f"{SUBJECT},") == []
+
+
+def test_verification_finds_a_truncated_line_it_did_not_delete(stores, settings, ingest):
+    """The checker does not trust the deleter: a line left behind turns verified false."""
+    cut = json.dumps(episode(episode_id="cut1", subject_id=SUBJECT))
+    cut = cut[: cut.index(SUBJECT) + len(SUBJECT)]
+    ingest([*_statements(), cut], quarantine=True)
+    with stores.meta.transaction() as con:  # an operator's note no deletion rule knows
+        con.execute(
+            "INSERT INTO audit_log VALUES ('ev-x', now(), NULL, 'ops', 'note', NULL, NULL, "
+            "NULL, ?::JSON)",
+            [json.dumps({"note": "ticket mentions " + SUBJECT + " twice"})],
+        )
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), SUBJECT)
+    assert not receipt["verification"]["verified"]
+    assert receipt["verification"]["residue"] == {
+        "duckdb.audit_log": 1,
+        "home_files": ["meta.duckdb"],
+    }
+
+
+def test_demo_input_copies_lose_the_subject(stores, settings, ingest):
+    demo = settings.home / "demo"
+    demo.mkdir(parents=True)
+    lines = _statements()
+    (demo / "episodes.jsonl").write_text("".join(x + "\n" for x in [*lines, *_statements("olga")]))
+    truth = {"preferences": [{"subject_ids": [SUBJECT, "olga"], "object": "Basel"}]}
+    (demo / "truth.json").write_text(json.dumps(truth))
+    ingest(lines)
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), SUBJECT)
+    assert receipt["product_inputs_scrubbed"] == {"demo/episodes.jsonl": 3, "demo/truth.json": 1}
+    assert receipt["verification"]["verified"], receipt["verification"]
+    assert _bytes_naming(settings.home, SUBJECT) == []
+    kept = (demo / "episodes.jsonl").read_text().splitlines()
+    assert len(kept) == 3 and all(json.loads(x)["subject_id"] == "olga" for x in kept)
+    assert json.loads((demo / "truth.json").read_text())["preferences"][0]["subject_ids"] == [
+        "olga"
+    ]
+
+
+def test_a_file_the_product_does_not_own_makes_the_receipt_unverified(stores, settings, ingest):
+    ingest(_statements())
+    (settings.home / "notes").mkdir(parents=True)
+    (settings.home / "notes" / "export.csv").write_text(f"{SUBJECT},Basel\n")
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), SUBJECT)
+    assert receipt["verification"]["verified"] is False
+    assert receipt["verification"]["residue"] == {"home_files": ["notes/export.csv"]}
+    with stores.meta.connect() as con:
+        status = con.execute("SELECT status FROM deletion_requests").fetchall()
+        stored = con.execute("SELECT body FROM receipts WHERE kind = 'forget_subject'").fetchone()
+    assert status == [("unverified",)]
+    assert json.loads(stored[0])["verification"]["verified"] is False
+    assert SUBJECT not in json.dumps(receipt)
+
+
+def test_scan_matches_whole_names_only():
+    needles = Needles.of(["ann.lee"], ["ep_0123456789abcdef"], [SAID])
+    assert needles.found_in(b'{"subject_id": "ann.lee"}') == ["name"]
+    assert needles.found_in(b"ann.leeds and joann.lee") == []
+    assert needles.found_in(b"x ep_0123456789abcdef " + SAID.encode()) == ["id", "text"]
+    short = Needles.of(["u1"])
+    assert short.found_in(b'"u1"') == ["name"] and short.found_in(b"\x00u1\x00") == []
+
+
+def test_scan_home_reads_every_file(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "blob.bin").write_bytes(b"\x00\x01zoe.smith\x00")
+    (tmp_path / "empty").write_bytes(b"")
+    assert scan_home(tmp_path, Needles.of(["zoe.smith"])) == ["a/b/blob.bin"]
