@@ -429,6 +429,12 @@ class McpConfig(BaseModel):
     save_retries: int = Field(
         default=8, ge=0, description="Lance commit-conflict retries of one save"
     )
+    index_every: int = Field(
+        default=50,
+        ge=0,
+        description="fold saved rows into the episodes' indices after this many saves "
+        "(in the background; 0 = leave it to the nightly maintenance)",
+    )
     tokens: list[McpToken] = Field(default_factory=list, description="HTTP callers")
 
 

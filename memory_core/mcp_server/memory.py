@@ -16,6 +16,7 @@ an empty answer: an agent must not take an outage for "nothing remembered".
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -38,6 +39,8 @@ from memory_core.stores.lance import LanceStore
 from memory_core.stores.schemas import ID_COLUMN
 
 __all__ = ["ArgumentError", "MemoryService"]
+
+logger = logging.getLogger(__name__)
 
 
 class ArgumentError(ValueError):
@@ -69,6 +72,8 @@ class MemoryService:
         self._lance: LanceStore | None = None
         self._guard = threading.Lock()
         self._save_lock = threading.Lock()  # check-then-append of episode ids, one at a time
+        self._since_refresh = 0
+        self._refresher: threading.Thread | None = None
 
     # -- stores, opened on first use so a missing store is an error per call -----------------
 
@@ -96,6 +101,8 @@ class MemoryService:
             return self._lance
 
     def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.join(timeout=30)
         self.audit.close()
         if self._recaller is not None:
             self._recaller.close()
@@ -283,6 +290,14 @@ class MemoryService:
                 lance, self.embedder, records, now=now, client=binding.client,
                 retries=self.config.save_retries,
             )  # fmt: skip
+            self._since_refresh += result.inserted > 0
+            refresh = 0 < self.config.index_every <= self._since_refresh
+            if refresh and (self._refresher is None or not self._refresher.is_alive()):
+                self._since_refresh = 0
+                self._refresher = threading.Thread(
+                    target=self._refresh_indices, name="memctl-mcp-index", daemon=True
+                )
+                self._refresher.start()
         self.audit.add(client=binding.client, tenant_id=binding.tenant_id, result=result, at=now)
         roles = sorted({r["source_role"] for r in records})
         return {
@@ -337,6 +352,21 @@ class MemoryService:
                     episode[name] = record[name]
             out.append(episode)
         return out, downgraded
+
+    def _refresh_indices(self) -> None:
+        """Fold appended episodes into the table's indices, off every save's path.
+
+        Each save is one small fragment; without an index over it, every id check (and every
+        episodic recall) scans it: bench/mcp.py measured the check growing from 14 to 75 ms
+        over 500 saves, and to 17 ms with a refresh every 50 (~60 ms each, no data rewritten).
+        A failure (a conflicting commit of the pipeline, say) is logged and retried later.
+        """
+        from memory_core.read.indexes import refresh_indices
+
+        try:
+            refresh_indices(self.lance().table("episodes"))
+        except Exception as exc:  # background upkeep: never the caller's error
+            logger.warning("mcp: index refresh of episodes failed (retried later): %s", exc)
 
     def _meta(self) -> Any:
         from memory_core.stores import open_stores
