@@ -129,12 +129,14 @@ def ingest(
     stores = open_all(settings)
     ctx = RunContext(now=parse_now(now))
     if transcript is not TranscriptFormat.episodes:
+        from memory_core.cli_progress import byte_bar
         from memory_core.transcripts.ingest import ingest_transcripts
 
-        result = ingest_transcripts(
-            stores, settings, ctx, file, fmt=transcript,
-            embedder=make_embedder(settings.embed), quarantine=quarantine,
-        )  # fmt: skip
+        with byte_bar(fmt, f"ingest {file.name}", file.stat().st_size) as progress:
+            result = ingest_transcripts(
+                stores, settings, ctx, file, fmt=transcript,
+                embedder=make_embedder(settings.embed), quarantine=quarantine, progress=progress,
+            )  # fmt: skip
         emit(result.as_dict(), fmt)
         return
     from memory_core.cli_progress import byte_bar

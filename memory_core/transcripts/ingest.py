@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,21 @@ class Sessions:
             self.outcomes[adapted.trajectory["outcome"]] += 1
 
 
-def read_sessions(path: Path, fmt: TranscriptFormat) -> Sessions:
-    """Adapt and validate every non-blank line of ``path``; never raises on bad lines."""
+def read_sessions(
+    path: Path, fmt: TranscriptFormat, *, progress: Callable[[int], None] | None = None
+) -> Sessions:
+    """Adapt and validate every non-blank line of ``path``; never raises on bad lines.
+    ``progress(bytes_read)`` now and then (the CLI's progress bar)."""
     out = Sessions()
+    done = 0
     with Path(path).open("rb") as handle:  # line by line: the raw file is never held whole
         for number, data in enumerate(handle, start=1):
             _read_line(out, number, data.removesuffix(b"\n"), fmt)
+            done += len(data)
+            if progress is not None and number % 256 == 0:
+                progress(done)
+    if progress is not None:
+        progress(done)
     return out
 
 
@@ -147,10 +157,12 @@ def ingest_transcripts(
     fmt: TranscriptFormat,
     embedder: Embedder,
     quarantine: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> TranscriptIngestResult:
-    """Ingest one JSONL file of sessions; all-or-nothing unless ``quarantine``."""
+    """Ingest one JSONL file of sessions; all-or-nothing unless ``quarantine``;
+    ``progress(bytes_read)`` while the file is read and adapted."""
     source = str(path)
-    sessions = read_sessions(path, fmt)
+    sessions = read_sessions(path, fmt, progress=progress)
     if sessions.errors and not quarantine:
         raise ValidationFailed(source, sessions.errors)
     records, origins = sessions.records, sessions.origins

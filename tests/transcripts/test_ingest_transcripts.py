@@ -216,3 +216,13 @@ def test_crlf_lines_and_a_line_that_is_not_utf8(tmp_path, run, stores) -> None:
     result = run(path, OPENAI, quarantine=True)
     assert (result.lines, result.sessions, result.quarantined) == (3, 2, 1)
     assert {r["session_id"] for r in rows(stores)} == {"chatcmpl-session-0001", "z"}
+
+
+def test_progress_reaches_the_file_size(tmp_path, stores, settings, embedder) -> None:
+    path = write(tmp_path / "p.jsonl", *(openai_session(session_id=f"s{i}") for i in range(300)))
+    seen: list[int] = []
+    ingest_transcripts(
+        stores, settings, RunContext(now=NOW), path, fmt=OPENAI, embedder=embedder,
+        progress=seen.append,
+    )  # fmt: skip
+    assert seen == sorted(seen) and seen[-1] == path.stat().st_size and len(seen) == 2
