@@ -28,7 +28,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(home=Path(tmp), embed={"model": args.embedder})
         result = evaluate_tau_bench(args.path, settings, embedder=make_embedder(settings.embed))
-    print(json.dumps({"path": str(args.path), "embedder": args.embedder, **result.as_dict()}, indent=2))
+    print(
+        json.dumps(
+            {"path": str(args.path), "embedder": args.embedder, **result.as_dict()}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

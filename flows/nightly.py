@@ -84,7 +84,9 @@ def consolidate_partition(
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     with stores.meta.session():
-        clustered = cluster_partition(stores, settings.cluster, ctx, partition, recluster=recluster)
+        clustered = cluster_partition(
+            stores, settings.cluster, ctx, partition, recluster=recluster, steps=settings.steps
+        )
         t1 = time.perf_counter()
         crash_point("partition.clustered")
         mined = mine_partition(stores, settings, ctx, partition)

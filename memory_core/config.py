@@ -43,6 +43,8 @@ __all__ = [
     "ScoreConfig",
     "Settings",
     "StalenessConfig",
+    "StepRules",
+    "StepsConfig",
     "StoresConfig",
     "load_settings",
 ]
@@ -86,7 +88,48 @@ class ClusterConfig(BaseModel):
     error_code_weight: float = Field(
         default=0.25, ge=0, description="extra distance when error codes differ"
     )
+    steps_weight: float = Field(
+        default=0.5, ge=0, description="weight of the abstract step-signature feature"
+    )
+    select: bool = Field(
+        default=True, description="choose weights and threshold per partition by silhouette"
+    )
+    select_goal_weights: list[float] = Field(default_factory=lambda: [0.5, 1.0])
+    select_steps_weights: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0])
+    select_thresholds: list[float] = Field(default_factory=lambda: [0.2, 0.3, 0.35, 0.45])
+    select_sample: int = Field(default=400, ge=4, le=5000, description="episodes scored")
     seed: int = 0
+
+
+_READ_ONLY_PREFIXES = [
+    "get_", "list_", "search_", "find_", "lookup", "fetch_", "read_", "query_", "show_",
+    "view_", "describe_", "check_", "count_", "calculate", "compute_", "think",
+]  # fmt: skip
+
+
+class StepRules(BaseModel):
+    """Which tools only read (lookups) and which change the world; one namespace's view."""
+
+    model_config = _SECTION
+    read_only_prefixes: list[str] = Field(
+        default_factory=lambda: list(_READ_ONLY_PREFIXES),
+        description="a tool whose name starts with one of these only reads",
+    )
+    read_only_tools: list[str] = Field(default_factory=list, description="always read-only")
+    world_changing_tools: list[str] = Field(
+        default_factory=list, description="always world-changing (beats prefixes)"
+    )
+
+
+class StepsConfig(StepRules):
+    """Step rules for every namespace, with per-namespace overrides (replace, not merge)."""
+
+    namespaces: dict[str, StepRules] = Field(default_factory=dict)
+
+    def for_namespace(self, namespace: str | None) -> StepRules:
+        if namespace is not None and namespace in self.namespaces:
+            return self.namespaces[namespace]
+        return self
 
 
 class PolicyConfig(BaseModel):
@@ -455,6 +498,7 @@ class Settings(BaseSettings):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    steps: StepsConfig = Field(default_factory=StepsConfig)
     claims: ClaimsConfig = Field(default_factory=ClaimsConfig)
     extract: ExtractConfig = Field(default_factory=ExtractConfig)
     score: ScoreConfig = Field(default_factory=ScoreConfig)

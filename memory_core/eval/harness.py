@@ -124,7 +124,9 @@ class EvalHome:
         for tenant, namespace in partitions:
             part = Partition(tenant, namespace)
             with self.stores.meta.session():
-                cluster_partition(self.stores, self.settings.cluster, ctx, part)
+                cluster_partition(
+                    self.stores, self.settings.cluster, ctx, part, steps=self.settings.steps
+                )
                 mine_partition(self.stores, self.settings, ctx, part)
         for key, value in self.cost_dry_run().items():
             self.cost[key] = self.cost.get(key, 0) + value

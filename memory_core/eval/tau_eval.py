@@ -75,7 +75,7 @@ def evaluate_tau_bench(
     partitions = sorted({(e["tenant_id"], e["namespace"]) for e in conversion.episodes})
     for tenant, namespace in partitions:
         partition = Partition(tenant, namespace)
-        cluster_partition(stores, settings.cluster, ctx, partition)
+        cluster_partition(stores, settings.cluster, ctx, partition, steps=settings.steps)
         mine_partition(stores, settings, ctx, partition)
 
     members = {m: c["cluster_id"] for c in list_clusters(stores.meta) for m in c["member_ids"]}

@@ -54,19 +54,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memory_core.config import ClusterConfig
+from memory_core.config import ClusterConfig, StepsConfig
 from memory_core.context import Partition, RunContext
 from memory_core.models import stable_id
 from memory_core.stages.cluster_leader import (
     GOAL_DIM,
+    STEPS_DIM,
     LeaderState,
     assign,
     episode_features,
     merge_provisional,
     seeds,
+    steps_block,
 )
+from memory_core.stages.cluster_select import Choice, choose, sample_rows
+from memory_core.step_abstract import is_read_only, step_signature
+from memory_core.steps import ToolCall, as_step
 from memory_core.stores import MetaStore, Stores
 from memory_core.stores import clusters as cluster_store
+from memory_core.stores.audit import record_audit
 from memory_core.stores.lance import sql_quote
 
 __all__ = ["ClusterResult", "cluster_partition", "list_clusters"]
@@ -87,6 +93,8 @@ class ClusterResult:
     new_clusters: int = 0
     total_clusters: int = 0
     reclustered: bool = False
+    skipped_no_actions_or_goal: int = 0
+    selection: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +104,8 @@ class ClusterResult:
             "new_clusters": self.new_clusters,
             "total_clusters": self.total_clusters,
             "reclustered": self.reclustered,
+            "skipped_no_actions_or_goal": self.skipped_no_actions_or_goal,
+            "selection": self.selection,
         }
 
 
@@ -143,12 +153,24 @@ def _label(goal: str | None, actions: list[str] | None, code: str) -> str:
     return actions[0][:120] if actions else "(no goal)"
 
 
-def _load_episodes(stores: Stores, partition: Partition) -> pa.Table:
+def _load_episodes(stores: Stores, partition: Partition) -> tuple[pa.Table, int]:
+    """Active episodes that carry actions or a goal, and how many others were left out.
+
+    Message-only episodes (a transcript's per-message records: text, no goal, no actions)
+    say nothing about how a problem is solved; they go to fact extraction, not to clusters.
+    """
     where = (
         f"tenant_id = {sql_quote(partition.tenant_id)} AND "
         f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
     )
-    return stores.lance.scan("episodes", where=where, columns=[*_EPISODE_COLUMNS, "vector"])
+    table = stores.lance.scan("episodes", where=where, columns=[*_EPISODE_COLUMNS, "vector"])
+    lengths = pc.list_value_length(table.column("actions"))
+    has_actions = pc.fill_null(pc.greater(lengths, 0), fill_value=False)
+    goal = pc.utf8_trim_whitespace(table.column("goal"))
+    has_goal = pc.fill_null(pc.greater(pc.utf8_length(goal), 0), fill_value=False)
+    keep = pc.or_(has_actions, has_goal)
+    kept = table.filter(keep)
+    return kept, table.num_rows - kept.num_rows
 
 
 def _in_order(table: pa.Table) -> pa.Table:
@@ -180,17 +202,77 @@ class _Batch:
     features: np.ndarray
 
 
-def _batch(table: pa.Table, config: ClusterConfig) -> _Batch:
-    goals = table.column("goal").to_pylist()
-    codes = _error_codes(table.column("conditions"))
+def _signature_sets(
+    actions: list[list[str] | None], steps: StepsConfig, namespace: str
+) -> np.ndarray:
+    """Hashed step-signature block per episode; world-changing steps weigh 1, lookups 0.5."""
+    rows: list[tuple[tuple[str, float], ...]] = []
+    cache: dict[tuple[str, ...], tuple[tuple[str, float], ...]] = {}
+    read_only: dict[str, bool] = {}
+    for acts in actions:
+        key = tuple(acts or ())
+        if key not in cache:
+            sigs: dict[str, float] = {}
+            for raw in key:
+                step = as_step(raw)
+                tool = step.tool if isinstance(step, ToolCall) else step
+                if tool not in read_only:
+                    read_only[tool] = is_read_only(tool, steps, namespace)
+                sigs[step_signature(step)] = 0.5 if read_only[tool] else 1.0
+            cache[key] = tuple(sorted(sigs.items()))
+        rows.append(cache[key])
+    return steps_block(rows)
+
+
+@dataclass
+class _Inputs:
+    """A partition's episodes to place, with what every feature setting is built from."""
+
+    table: pa.Table
+    goals: list[str | None]
+    codes: list[str]
+    vectors: np.ndarray
+    step_rows: np.ndarray
+
+    def features(self, goal_weight: float, steps_weight: float, rows: Any = None) -> np.ndarray:
+        take = slice(None) if rows is None else rows
+        goals = self.goals if rows is None else [self.goals[i] for i in rows]
+        return episode_features(
+            self.vectors[take], goals, goal_weight, self.step_rows[take], steps_weight
+        )
+
+
+def _inputs(table: pa.Table, steps: StepsConfig, namespace: str) -> _Inputs:
+    return _Inputs(
+        table=table,
+        goals=table.column("goal").to_pylist(),
+        codes=_error_codes(table.column("conditions")),
+        vectors=_vectors(table),
+        step_rows=_signature_sets(table.column("actions").to_pylist(), steps, namespace),
+    )
+
+
+def _batch(inputs: _Inputs, choice: Choice) -> _Batch:
+    table = inputs.table
     actions = table.column("actions").to_pylist()
+    labels = [_label(g, a, c) for g, a, c in zip(inputs.goals, actions, inputs.codes, strict=True)]
     return _Batch(
         ids=table.column("episode_id").to_pylist(),
         subjects=table.column("subject_id").to_pylist(),
-        labels=[_label(g, a, c) for g, a, c in zip(goals, actions, codes, strict=True)],
-        codes=codes,
-        features=episode_features(_vectors(table), goals, config.goal_weight),
+        labels=labels,
+        codes=inputs.codes,
+        features=inputs.features(choice.goal_weight, choice.steps_weight),
     )
+
+
+def _select(inputs: _Inputs, config: ClusterConfig) -> Choice:
+    """Pick (goal weight, step weight, threshold) on a sample of the partition (no labels)."""
+    rows = sample_rows(inputs.table.num_rows, config.select_sample)
+    codes = [inputs.codes[i] for i in rows]
+    known: dict[str, int] = {"": 0}
+    keys = _key_ids(codes, known)
+    has_code = np.array([bool(c) for c in codes], dtype=bool)
+    return choose(config, lambda g, s: inputs.features(g, s, rows), keys, has_code)
 
 
 def _key_ids(codes: list[str], known: dict[str, int]) -> np.ndarray:
@@ -200,11 +282,55 @@ def _key_ids(codes: list[str], known: dict[str, int]) -> np.ndarray:
     return np.array([known[c] for c in codes], dtype=np.int64)
 
 
-def _reach(codes: list[str], config: ClusterConfig) -> np.ndarray:
+def _reach(codes: list[str], config: ClusterConfig, threshold: float) -> np.ndarray:
     return np.array(
-        [config.threshold + (config.error_code_weight if c else 0.0) for c in codes],
+        [threshold + (config.error_code_weight if c else 0.0) for c in codes],
         dtype=np.float64,
     )
+
+
+SELECTION_ACTION = "cluster_selection"
+
+
+def _recorded_choice(stores: Stores, partition: Partition) -> Choice | None:
+    """The parameters the partition's stored clusters were built with (latest record)."""
+    with stores.meta.connect() as con:
+        row = con.execute(
+            "SELECT detail FROM audit_log WHERE action = ? AND tenant_id = ? "
+            "AND json_extract_string(detail, '$.namespace') = ? ORDER BY logged_at DESC LIMIT 1",
+            [SELECTION_ACTION, partition.tenant_id, partition.namespace],
+        ).fetchone()
+    if row is None:
+        return None
+    try:
+        return Choice.from_dict(json.loads(row[0])["choice"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _same(a: Choice | None, b: Choice) -> bool:
+    return a is not None and (a.goal_weight, a.steps_weight, a.threshold) == (
+        b.goal_weight,
+        b.steps_weight,
+        b.threshold,
+    )
+
+
+def _record_choice(stores: Stores, ctx: RunContext, partition: Partition, choice: Choice) -> None:
+    if ctx.dry_run:
+        return
+    with stores.meta.transaction() as con:
+        record_audit(
+            con,
+            at=ctx.now,
+            action=SELECTION_ACTION,
+            run_id=ctx.run_id,
+            actor=ctx.actor,
+            target=partition.key,
+            tenant_id=partition.tenant_id,
+            counts={"sample": choice.sample},
+            detail={"namespace": partition.namespace, "choice": choice.as_dict()},
+        )
 
 
 def cluster_partition(
@@ -214,22 +340,41 @@ def cluster_partition(
     partition: Partition,
     *,
     recluster: bool = False,
+    steps: StepsConfig | None = None,
 ) -> ClusterResult:
-    """Place the partition's unclustered episodes (or all of them, with ``recluster``)."""
-    table = _load_episodes(stores, partition)
+    """Place the partition's unclustered episodes (or all of them, with ``recluster``).
+
+    A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
+    its parameters (``cluster_select``) and records the choice; incremental runs reuse it.
+    """
+    steps = steps if steps is not None else StepsConfig()
+    table, skipped = _load_episodes(stores, partition)
     old_clusters, old_members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace
     )
-    dim = table.schema.field("vector").type.list_size + GOAL_DIM
+    dim = table.schema.field("vector").type.list_size + GOAL_DIM + STEPS_DIM
     stale = old_clusters.num_rows > 0 and _centroid_dim(old_clusters) not in (None, dim)
     if stale:
         logger.warning(
             "cluster %s: stored centroids have another dimension; rebuilding", partition.key
         )
+    fresh = recluster or stale or old_clusters.num_rows == 0
+    recorded = _recorded_choice(stores, partition) if old_clusters.num_rows else None
     if recluster or stale:
-        result = _recluster(stores, config, ctx, partition, table, old_clusters, old_members)
+        table = _in_order(table)
+        inputs = _inputs(table, steps, partition.namespace)
+        choice = _select(inputs, config)
+        result = _recluster(stores, config, ctx, partition, inputs, choice, old_clusters,
+                            old_members)  # fmt: skip
     else:
-        result = _incremental(stores, config, ctx, partition, table, old_clusters, old_members)
+        result = _incremental(
+            stores, config, ctx, partition, table, old_clusters, old_members, steps, recorded
+        )
+        choice = Choice.from_dict(result.selection) if result.selection else None
+    result.skipped_no_actions_or_goal = skipped
+    if choice is not None and fresh and (result.new_members or not _same(recorded, choice)):
+        result.selection = choice.as_dict()
+        _record_choice(stores, ctx, partition, choice)
     logger.info(
         "cluster %s run=%s episodes=%d new_members=%d new_clusters=%d total=%d recluster=%s",
         partition.key,
@@ -323,14 +468,18 @@ def _member_table(
 
 
 def _place(
-    batch: _Batch, config: ClusterConfig, state: LeaderState, codes_known: dict[str, int]
+    batch: _Batch,
+    config: ClusterConfig,
+    state: LeaderState,
+    codes_known: dict[str, int],
+    threshold: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Leader pass, then fold this run's clusters into near neighbours; (rows, distances)."""
     first = state.count
     keys = _key_ids(batch.codes, codes_known)
-    labels, _ = assign(batch.features, keys, _reach(batch.codes, config), state)
+    labels, _ = assign(batch.features, keys, _reach(batch.codes, config, threshold), state)
     reach = {
-        key: config.threshold + (config.error_code_weight if code else 0.0)
+        key: threshold + (config.error_code_weight if code else 0.0)
         for code, key in codes_known.items()
     }
     labels = merge_provisional(state, first, reach)[labels]
@@ -346,8 +495,14 @@ def _incremental(
     table: pa.Table,
     old_clusters: pa.Table,
     old_members: pa.Table,
+    steps: StepsConfig,
+    recorded: Choice | None,
 ) -> ClusterResult:
-    """New episodes join the nearest cluster within reach or seed new ones; members stay put."""
+    """New episodes join the nearest cluster within reach or seed new ones; members stay put.
+
+    With no clusters yet the partition chooses its parameters on this first batch; otherwise
+    the recorded choice (or, for homes clustered before choices were recorded, the config).
+    """
     result = ClusterResult(partition.key, episodes=table.num_rows)
     result.total_clusters = old_clusters.num_rows
     if old_members.num_rows:
@@ -355,11 +510,17 @@ def _incremental(
         table = table.filter(pc.invert(pc.is_in(table.column("episode_id"), value_set=known)))
     if table.num_rows == 0:
         return result
-    batch = _batch(_in_order(table), config)
+    inputs = _inputs(_in_order(table), steps, partition.namespace)
+    if old_clusters.num_rows == 0:
+        choice = _select(inputs, config)
+        result.selection = choice.as_dict()
+    else:
+        choice = recorded or Choice.default(config)
+    batch = _batch(inputs, choice)
     codes_known: dict[str, int] = {"": 0}
     state = _load_state(old_clusters, batch.features.shape[1], codes_known)
     k_old = state.count
-    labels, dists = _place(batch, config, state, codes_known)
+    labels, dists = _place(batch, config, state, codes_known, choice.threshold)
     old = old_clusters.select(["cluster_id", "label", "error_code", "created_at"]).to_pylist()
     row_ids = {row: r["cluster_id"] for row, r in enumerate(old)}
     taken = set(row_ids.values())
@@ -429,15 +590,16 @@ def _recluster(
     config: ClusterConfig,
     ctx: RunContext,
     partition: Partition,
-    table: pa.Table,
+    inputs: _Inputs,
+    choice: Choice,
     old_clusters: pa.Table,
     old_members: pa.Table,
 ) -> ClusterResult:
     """Rebuild the partition; reuse old ids by member overlap; write only if it changed."""
-    result = ClusterResult(partition.key, episodes=table.num_rows, reclustered=True)
-    batch = _batch(_in_order(table), config)
+    result = ClusterResult(partition.key, episodes=inputs.table.num_rows, reclustered=True)
+    batch = _batch(inputs, choice)
     state = LeaderState(batch.features.shape[1])
-    labels, dists = _place(batch, config, state, {"": 0})
+    labels, dists = _place(batch, config, state, {"": 0}, choice.threshold)
     firsts = seeds(labels, 0, state.count)  # live rows (merged ones have no members left)
     old_rows = {r["cluster_id"]: r for r in old_clusters.drop_columns(["centroid"]).to_pylist()}
     old_member_rows = {r["episode_id"]: r for r in old_members.to_pylist()}

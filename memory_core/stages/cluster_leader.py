@@ -7,6 +7,7 @@ distance are what they are.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,15 +17,18 @@ from memory_core.embed import HashEmbedder
 __all__ = [
     "CHUNK",
     "GOAL_DIM",
+    "STEPS_DIM",
     "LeaderState",
     "assign",
     "episode_features",
     "merge_provisional",
     "seeds",
+    "steps_block",
     "unit_rows",
 ]
 
 GOAL_DIM = 128
+STEPS_DIM = 64
 CHUNK = 1024
 
 
@@ -34,10 +38,41 @@ def unit_rows(matrix: np.ndarray) -> np.ndarray:
     return matrix / norms
 
 
+def _bucket(text: str) -> tuple[int, float]:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "little") % STEPS_DIM, (1.0 if digest[4] & 1 else -1.0)
+
+
+def steps_block(signatures: list[tuple[tuple[str, float], ...]]) -> np.ndarray:
+    """Unit rows of a hashed bag of abstract step signatures (``(signature, weight)`` sets).
+
+    What the agent did, independent of the words it used: two runs that looked up a user and
+    changed a reservation share most of this block whatever the conversation said. Episodes
+    without steps get a zero row (the block then adds nothing to their distance).
+    """
+    out = np.zeros((len(signatures), STEPS_DIM), dtype=np.float32)
+    cache: dict[str, tuple[int, float]] = {}
+    for row, sigs in enumerate(signatures):
+        for sig, weight in sigs:
+            if sig not in cache:
+                cache[sig] = _bucket(sig)
+            bucket, sign = cache[sig]
+            out[row, bucket] += sign * weight
+    return unit_rows(out) * (np.linalg.norm(out, axis=1, keepdims=True) > 0)
+
+
 def episode_features(
-    vectors: np.ndarray, goals: list[str | None], goal_weight: float
+    vectors: np.ndarray,
+    goals: list[str | None],
+    goal_weight: float,
+    steps: np.ndarray | None = None,
+    steps_weight: float = 0.0,
 ) -> np.ndarray:
-    """Unit rows of [episode vector, goal_weight * hashed goal]; empty goals add nothing."""
+    """Unit rows of [episode vector, goal_weight * hashed goal, steps_weight * step block].
+
+    Empty goals and episodes without steps add nothing to their block. The step block is
+    always present (zeros when ``steps`` is None) so stored centroids keep one dimension.
+    """
     vectors = unit_rows(np.nan_to_num(np.asarray(vectors, dtype=np.float32)))
     goal_block = np.zeros((len(goals), GOAL_DIM), dtype=np.float32)
     if goal_weight > 0 and goals:
@@ -48,7 +83,10 @@ def episode_features(
             embedded = HashEmbedder(GOAL_DIM).embed(unique)
             rows = [i for i, t in enumerate(texts) if t]
             goal_block[rows] = embedded[[index[texts[i]] for i in rows]] * goal_weight
-    return unit_rows(np.hstack([vectors, goal_block]))
+    step_block = np.zeros((len(vectors), STEPS_DIM), dtype=np.float32)
+    if steps is not None and steps_weight > 0:
+        step_block = (steps * steps_weight).astype(np.float32)
+    return unit_rows(np.hstack([vectors, goal_block, step_block]))
 
 
 @dataclass

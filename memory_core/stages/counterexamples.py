@@ -60,12 +60,14 @@ from typing import Any
 
 import polars as pl
 
-from memory_core.config import PolicyConfig
+from memory_core.config import PolicyConfig, StepsConfig
+from memory_core.step_abstract import pattern_of
 
 __all__ = [
     "CONTEXT_KEYS",
     "MIN_PATTERN_SUCCESSES",
     "PatternFinding",
+    "Pitfall",
     "Separation",
     "find_separator",
     "mine_cluster",
@@ -243,6 +245,20 @@ def policy_failures(
 
 
 @dataclass(frozen=True)
+class Pitfall:
+    """Failures of a pattern explained by conditions: when the same steps do not work.
+
+    ``conditions`` hold for every failure in ``failure_ids`` and for no success of the
+    pattern; at least two failures are needed (one failure is an anecdote).
+    """
+
+    conditions: dict[str, str]
+    failure_ids: tuple[str, ...]
+    subjects: tuple[str, ...]
+    successes_under_conditions: int = 0
+
+
+@dataclass(frozen=True)
 class PatternFinding:
     """What mining found for one action pattern of one cluster."""
 
@@ -259,6 +275,7 @@ class PatternFinding:
     support_sessions: int
     wilson_lower: float
     failed_tests: tuple[str, ...] = field(default_factory=tuple)
+    pitfall: Pitfall | None = None
 
     @property
     def passed(self) -> bool:
@@ -313,6 +330,7 @@ class _Ep:
     steps: tuple[str, ...]
     outcome: str
     conditions: dict[str, str]
+    has_actions: bool = True
 
 
 def _conditions(value: Any) -> dict[str, str]:
@@ -323,23 +341,57 @@ def _conditions(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in dict(value).items() if v is not None}
 
 
-def _episodes(episodes: Iterable[Mapping[str, Any]] | pl.DataFrame) -> list[_Ep]:
+def _episodes(
+    episodes: Iterable[Mapping[str, Any]] | pl.DataFrame,
+    steps: StepsConfig,
+    namespace: str | None,
+) -> list[_Ep]:
     rows = episodes.to_dicts() if isinstance(episodes, pl.DataFrame) else episodes
     out: dict[str, _Ep] = {}
     for row in rows:
         eid = row["episode_id"]
+        actions = row.get("actions") or ()
         out.setdefault(
             eid,
             _Ep(
                 eid,
                 row.get("subject_id"),
                 row.get("session_id"),
-                tuple(row.get("actions") or ()),
+                pattern_of(actions, steps, namespace),
                 str(row.get("outcome") or "unknown"),
                 _conditions(row.get("conditions")),
+                bool(actions),
             ),
         )
     return sorted(out.values(), key=lambda e: e.episode_id)
+
+
+def _pitfall(
+    wins: Sequence[_Ep],
+    explained: Sequence[_Ep],
+    policy: PolicyConfig,
+    ignore: set[str],
+    population: Sequence[Mapping[str, str]],
+) -> Pitfall | None:
+    """Conditions shared by the explained failures and by no success: a failure lesson.
+
+    The same separator search, roles swapped: the failures must all satisfy the conditions
+    and no success may. Fewer than two explained failures teach nothing (no pitfall).
+    """
+    if len(explained) < MIN_PATTERN_SUCCESSES or not wins:
+        return None
+    found = find_separator(
+        [e.conditions for e in explained],
+        [e.conditions for e in wins],
+        max_keys=policy.max_condition_keys,
+        ignore=ignore | CONTEXT_KEYS,
+        population=population,
+    )
+    if not found.conditions or not found.perfect:
+        return None
+    subjects = tuple(sorted({e.subject_id or "" for e in explained}))
+    return Pitfall(dict(sorted(found.conditions.items())), tuple(e.episode_id for e in explained),
+                   subjects)  # fmt: skip
 
 
 def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, str]:
@@ -360,19 +412,24 @@ def mine_cluster(
     policy: PolicyConfig,
     *,
     min_success_coverage: float = 1.0,
+    steps: StepsConfig | None = None,
+    namespace: str | None = None,
 ) -> list[PatternFinding]:
     """Findings for every action pattern with >= MIN_PATTERN_SUCCESSES successes, by steps.
 
     ``episodes`` are the cluster's episodes (dicts or a polars frame) with ``episode_id``,
     ``subject_id``, ``session_id``, ``actions``, ``outcome`` and ``conditions`` (dict or JSON).
+    The pattern is the episode's world-changing abstract steps (``step_abstract.pattern_of``;
+    free-text actions are all world-changing, so v1 patterns are the whole action list); an
+    episode whose steps are all lookups has the empty pattern, one without actions none.
     """
-    eps = _episodes(episodes)
+    eps = _episodes(episodes, steps if steps is not None else StepsConfig(), namespace)
     ignore = set(policy.ignore_condition_keys)
     population = [e.conditions for e in eps]
     context = _shared(population, ignore)
     patterns: dict[tuple[str, ...], list[_Ep]] = {}
     for e in eps:
-        if e.steps:
+        if e.has_actions:
             patterns.setdefault(e.steps, []).append(e)
     findings = []
     for steps in sorted(patterns):
@@ -396,6 +453,8 @@ def mine_cluster(
             pre = _shared([e.conditions for e in wins], ignore | CONTEXT_KEYS)
         support = [e for e in wins if _holds(e.conditions, pre.items())]
         unexplained = [e for e in fails if _holds(e.conditions, pre.items())]
+        explained = [e for e in fails if not _holds(e.conditions, pre.items())]
+        pitfall = _pitfall(wins, explained, policy, ignore, population)
         subjects = tuple(sorted({e.subject_id or "" for e in support}))
         wilson = wilson_lower_bound(len(support), len(support) + len(unexplained), policy.wilson_z)
         failed = policy_failures(
@@ -420,6 +479,7 @@ def mine_cluster(
                 support_sessions=_sessions(support),
                 wilson_lower=wilson,
                 failed_tests=tuple(failed),
+                pitfall=pitfall,
             )
         )
     return findings

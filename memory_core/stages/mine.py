@@ -49,8 +49,15 @@ from memory_core.models import (
     stable_id,
 )
 from memory_core.stages.claims import aggregate_claims
-from memory_core.stages.counterexamples import PatternFinding, format_conditions, mine_cluster
+from memory_core.stages.counterexamples import (
+    PatternFinding,
+    format_conditions,
+    mine_cluster,
+    policy_failures,
+    wilson_lower_bound,
+)
 from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
+from memory_core.step_abstract import AbstractStep, abstract_steps, policy_steps
 from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
@@ -88,6 +95,7 @@ class MiningResult:
     passed: int = 0
     auto_rejected: int = 0
     insights: int = 0
+    pitfalls: int = 0
     preferences: int = 0
     blocked_claims: int = 0
     stale: int = 0
@@ -102,6 +110,7 @@ class MiningResult:
             "passed": self.passed,
             "auto_rejected": self.auto_rejected,
             "insights": self.insights,
+            "pitfalls": self.pitfalls,
             "preferences": self.preferences,
             "blocked_claims": self.blocked_claims,
             "stale": self.stale,
@@ -173,14 +182,82 @@ def _slug(text: str, words: int = 8) -> str:
     return "-".join(tokens) or "unknown"
 
 
-def _problem(context: dict[str, str], goals: list[str], label: str | None) -> tuple[str, str]:
-    """(human phrase, short key) naming the problem a cluster is about."""
+_STOP = frozenset(
+    [
+        "the",
+        "and",
+        "for",
+        "you",
+        "can",
+        "with",
+        "that",
+        "this",
+        "have",
+        "need",
+        "would",
+        "like",
+        "please",
+        "could",
+        "help",
+        "hi",
+        "hello",
+        "there",
+        "thanks",
+        "thank",
+        "want",
+        "some",
+        "about",
+        "from",
+        "into",
+        "my",
+        "our",
+        "your",
+        "its",
+        "are",
+        "was",
+        "were",
+        "will",
+    ]
+)
+
+
+def _problem(context: dict[str, str], goals: list[tuple[str, str]]) -> tuple[str, str]:
+    """(human phrase, short key) naming the problem a cluster is about.
+
+    A tenant-scope procedure must not quote one person: a goal is used verbatim only when at
+    least two subjects stated it; otherwise the phrase is the words most of the goals share
+    (stated by two subjects or more), and failing that a neutral phrase.
+    """
     code = context.get("error_code")
     if code:
         return f"error {code}", f"error_{code}"
-    common = Counter(g.strip() for g in goals if g and g.strip()).most_common()
-    goal = sorted(common, key=lambda kv: (-kv[1], kv[0]))[0][0] if common else (label or "")
-    return (goal or "this problem"), _slug(goal or "problem")
+    by_goal: dict[str, set[str]] = {}
+    for goal, subject in goals:
+        if goal and goal.strip():
+            by_goal.setdefault(goal.strip(), set()).add(subject)
+    shared = sorted((g for g, subs in by_goal.items() if len(subs) >= 2),
+                    key=lambda g: (-len(by_goal[g]), g))  # fmt: skip
+    if shared:
+        return shared[0], _slug(shared[0])
+    words: dict[str, set[str]] = {}
+    docs = 0
+    for goal, subject in goals:
+        tokens = {t for t in re.findall(r"[a-z]{3,}", (goal or "").lower()) if t not in _STOP}
+        docs += bool(tokens)
+        for token in tokens:
+            words.setdefault(token, set()).add(subject)
+    counts = Counter(
+        t for goal, _ in goals for t in set(re.findall(r"[a-z]{3,}", (goal or "").lower()))
+    )
+    common = [
+        t
+        for t in sorted(words, key=lambda t: (-counts[t], t))
+        if len(words[t]) >= 2 and counts[t] * 2 >= max(docs, 1)
+    ][:5]
+    if common:
+        phrase = "requests about " + " ".join(common)
+        return phrase, _slug(" ".join(common))
+    return "this problem", "problem"
 
 
 def _procedural(
@@ -190,8 +267,9 @@ def _procedural(
     episodes: dict[str, dict[str, Any]],
     phrase: str,
     version: str,
+    shown: list[AbstractStep],
 ) -> Candidate:
-    steps_text = ", then ".join(finding.steps)
+    steps_text = ", then ".join(a.text() for a in shown)
     cond_text = format_conditions(finding.preconditions)
     trials = len(finding.support_ids) + len(finding.unexplained_ids)
     text = (
@@ -210,7 +288,7 @@ def _procedural(
         namespace=partition.namespace,
         procedure=ProcedureSpec(
             name=f"{phrase}: {steps_text}"[:200],
-            steps=list(finding.steps),
+            steps=[a.text() for a in shown],
             preconditions=finding.preconditions,
         ),
         conditions=finding.conditions,
@@ -221,7 +299,13 @@ def _procedural(
         reason=finding.reason,
         authority=Authority.none,
         text=text,
-        stats=finding.stats(),
+        stats={
+            **finding.stats(),
+            "pattern": list(finding.steps),
+            "abstract_steps": [a.as_dict() for a in shown],
+            "world_changing_steps": [a.text() for a in shown if not a.read_only],
+            "read_only_steps": [a.text() for a in shown if a.read_only],
+        },
         cluster_id=cluster_id,
         policy_version=version,
         provenance=[
@@ -235,9 +319,91 @@ def _procedural(
     )
 
 
+def _pitfall_id(partition: Partition, procedural_id: str, version: str) -> str:
+    return stable_id(
+        "cand",
+        CandidateKind.semantic.value,
+        partition.tenant_id,
+        partition.namespace,
+        "",
+        ["pitfall", procedural_id],
+        version,
+    )
+
+
+def _pitfall(
+    finding: PatternFinding,
+    proc: Candidate,
+    partition: Partition,
+    episodes: dict[str, dict[str, Any]],
+    key: str,
+    policy: Any,
+) -> Candidate | None:
+    """A failure lesson: the pattern's explained failures and the conditions they share.
+
+    Goes through scoring, review and promotion like any semantic candidate; its conditions
+    are what recall matches against an agent's stated state, and ``stats.pitfall_of`` names
+    the procedure it qualifies.
+    """
+    pit = finding.pitfall
+    if pit is None or proc.procedure is None:
+        return None
+    n = len(pit.failure_ids)
+    trials = n + pit.successes_under_conditions
+    wilson = wilson_lower_bound(n, trials, policy.wilson_z)
+    failed = policy_failures(
+        support_episodes=n, support_subjects=len(pit.subjects), wilson_lower=wilson,
+        unexplained=0, policy=policy,
+    )  # fmt: skip
+    when = format_conditions(pit.conditions)
+    steps = ", then ".join(s for s in proc.stats.get("world_changing_steps", []))
+    steps = steps or ", then ".join(proc.procedure.steps)
+    obj = f"{steps} failed {n} of {trials} times when {when}"
+    return Candidate(
+        candidate_id=_pitfall_id(partition, proc.candidate_id, policy.version),
+        kind=CandidateKind.semantic,
+        tenant_id=partition.tenant_id,
+        subject_id=None,
+        namespace=partition.namespace,
+        claim=ClaimSpec(predicate=f"pitfall:{key}", object=obj),
+        conditions={**finding.context, **pit.conditions},
+        support_ids=sorted(pit.failure_ids),
+        counterexample_ids=[],
+        confidence=round(wilson, 4),
+        status=CandidateStatus.auto_rejected if failed else CandidateStatus.pending_score,
+        reason="; ".join(failed)
+        if failed
+        else (f"passed: {n} failures from {len(pit.subjects)} subjects explained by {when}"),
+        authority=Authority.none,
+        text=f"Pitfall: in this environment {obj}",
+        stats={
+            "pitfall": True,
+            "pitfall_of": proc.candidate_id,
+            "failures": n,
+            "failure_subjects": len(pit.subjects),
+            "wilson_lower": round(wilson, 4),
+            "steps": proc.procedure.steps,
+            "failed_tests": failed,
+        },
+        cluster_id=proc.cluster_id,
+        policy_version=policy.version,
+        provenance=[
+            Provenance(
+                source_id=e,
+                content_hash=episodes[e].get("content_hash"),
+                subject_id=episodes[e].get("subject_id"),
+            )
+            for e in sorted(pit.failure_ids)
+        ],
+    )
+
+
 def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Candidate:
     assert proc.procedure is not None  # built by _procedural
     cond_text = format_conditions(proc.procedure.preconditions)
+    proc = proc.model_copy(update={"stats": {
+        k: v for k, v in proc.stats.items() if k not in ("abstract_steps", "pattern")
+    }})  # fmt: skip
     obj = ", then ".join(proc.procedure.steps) + (f" when {cond_text}" if cond_text else "")
     return proc.model_copy(
         update={
@@ -253,7 +419,7 @@ def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Cand
 def _mine_clusters(
     stores: Stores, settings: Settings, partition: Partition, episodes: list[dict[str, Any]]
 ) -> tuple[list[Candidate], list[Candidate], int, set[str]]:
-    """(procedural candidates, their twins, clusters mined, ids of all current clusters)."""
+    """(procedural candidates, their twins and pitfalls, clusters mined, current cluster ids)."""
     info, members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace, centroids=False
     )
@@ -276,18 +442,35 @@ def _mine_clusters(
     version = settings.policy.version
     procedural: list[Candidate] = []
     twins: list[Candidate] = []
+    pitfalls: list[Candidate] = []
     for cid in sorted(by_cluster):
-        for finding in mine_cluster(by_cluster[cid], settings.policy):
-            goals = [by_id[e].get("goal") or "" for e in finding.success_ids]
-            phrase, key = _problem(finding.conditions, goals, labels.get(cid))
-            proc = _procedural(finding, partition, cid, by_id, phrase, version)
+        findings = mine_cluster(
+            by_cluster[cid], settings.policy, steps=settings.steps, namespace=partition.namespace
+        )
+        for finding in findings:
+            support = [
+                by_id[e].get("actions") or [] for e in finding.support_ids or finding.success_ids
+            ]
+            abstract = abstract_steps(support, settings.steps, partition.namespace)
+            shown = policy_steps(
+                finding.steps, abstract, support, settings.steps, partition.namespace
+            )
+            if not shown:
+                continue  # nothing done and nothing looked up: no procedure to show
+            goals = [(by_id[e].get("goal") or "", by_id[e].get("subject_id") or "")
+                     for e in finding.success_ids]  # fmt: skip
+            phrase, key = _problem(finding.conditions, goals)
+            proc = _procedural(finding, partition, cid, by_id, phrase, version, shown)
             procedural.append(proc)
             twins.append(_twin(proc, partition, key, version))
+            pit = _pitfall(finding, proc, partition, by_id, key, settings.policy)
+            if pit is not None:
+                pitfalls.append(pit)
     passing = {t.candidate_id for t in twins if t.status == CandidateStatus.pending_score}
     failing = [t.candidate_id for t in twins if t.candidate_id not in passing]
     existing = {c.candidate_id for c in get_candidates(stores.meta, failing)}
     kept = [t for t in twins if t.candidate_id in passing or t.candidate_id in existing]
-    return procedural, kept, len(by_cluster), set(labels)
+    return procedural, [*kept, *pitfalls], len(by_cluster), set(labels)
 
 
 def _count_blocked(
@@ -373,7 +556,8 @@ def mine_partition(
     result.procedural = len(procedural)
     result.passed = sum(c.status == CandidateStatus.pending_score for c in procedural)
     result.auto_rejected = result.procedural - result.passed
-    result.insights = len(twins)
+    result.pitfalls = sum(bool(t.stats.get("pitfall")) for t in twins)
+    result.insights = len(twins) - result.pitfalls
     result.preferences = len(claims.candidates)
     stale = _stale(stores, partition, produced, clusters, settings.policy.version)
     result.stale = len(stale)

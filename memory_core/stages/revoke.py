@@ -105,6 +105,25 @@ def _rows(stores: Stores, name: str, ids: list[str]) -> list[dict[str, Any]]:
     return stores.lance.scan(name, where=where).to_pylist()
 
 
+def _closed_revision(
+    stores: Stores, name: str, record_id: str, removed: set[str]
+) -> dict[str, Any] | None:
+    """A closed revision (``recorded_to`` set) of ``record_id`` with ``removed`` sources
+    taken out of its provenance, or None when there is nothing to scrub. Only a record id
+    with a single row is rewritten (an upsert by id must not touch two rows)."""
+    if name not in stores.lance.table_names():
+        return None
+    rows = stores.lance.scan(name, where=f"{ID_COLUMN[name]} = {sql_quote(record_id)}")
+    if rows.num_rows != 1:
+        return None
+    row = rows.to_pylist()[0]
+    provenance = json.loads(row.get("provenance") or "[]")
+    kept = [p for p in provenance if p["source_id"] not in removed]
+    if len(kept) == len(provenance):
+        return None
+    return {**row, "provenance": json.dumps(kept, sort_keys=True)}
+
+
 def _support(provenance: list[dict[str, Any]], sources: list[tuple[str, str]]) -> tuple[int, int]:
     """(distinct episode sources, distinct subjects among them)."""
     episodes = {s for s, kind in sources if kind == "episode"}
@@ -164,6 +183,13 @@ def remove_sources(
         if table is None or derived_id in out.removed:
             continue
         rows = _rows(stores, table, [derived_id])
+        if not rows and delete_subject is not None:
+            closed = _closed_revision(stores, table, derived_id, out.removed)
+            if closed is not None:  # history must not keep a deleted subject's sources either
+                updates.setdefault(table, []).append(closed)
+                lost_edges += [(derived_id, s) for s, _ in sources.get(derived_id, [])
+                               if s in out.removed]  # fmt: skip
+            continue
         if not rows or rows[0]["status"] in _FINAL:
             continue
         row = rows[0]

@@ -123,7 +123,7 @@ class Mem:
     ) -> ClusterResult:  # fmt: skip
         return cluster_partition(
             self.stores, self.settings.cluster, RunContext(now=now),
-            Partition(tenant, namespace), recluster=recluster,
+            Partition(tenant, namespace), recluster=recluster, steps=self.settings.steps,
         )  # fmt: skip
 
     def mine(

@@ -47,11 +47,20 @@ def test_seed_scenario_yields_the_conditioned_procedure(mem, kit) -> None:
     assert {p.source_id for p in cand.provenance} == {*cand.support_ids, *cand.counterexample_ids}
     assert all(p.content_hash for p in cand.provenance)
     assert "3 failure" in cand.text and "adapter_mismatch=true" in cand.text
-    # no candidate anywhere says "error 720 -> reset" without the condition
+    # no candidate anywhere says "error 720 -> reset" without the condition; the failures,
+    # all explained by adapter_mismatch=false, are a pitfall of the same steps
+    pitfalls = []
     for other in list_candidates(mem.stores.meta, status="pending_score"):
         said = other.procedure.steps if other.procedure else other.claim.object
-        if "reset network adapter" in str(said):
+        if other.stats.get("pitfall"):
+            pitfalls.append(other)
+        elif "reset network adapter" in str(said):
             assert other.conditions.get("adapter_mismatch") == "true"
+    [pitfall] = pitfalls
+    assert pitfall.stats["pitfall_of"] == cand.candidate_id
+    assert pitfall.conditions == {"adapter_mismatch": "false", "error_code": "720"}
+    assert pitfall.support_ids == ["bad0", "bad1", "bad2"]
+    assert "failed 3 of 3 times when adapter_mismatch=false" in pitfall.claim.object
     [twin] = [
         c
         for c in list_candidates(mem.stores.meta, kind="semantic")
@@ -238,7 +247,11 @@ def _direction(cos_to_first: float) -> list[float]:
     return vector
 
 
-def test_a_recluster_merge_retires_the_absorbed_clusters_candidate(mem, kit) -> None:
+def test_a_recluster_merge_retires_the_absorbed_clusters_candidate(tmp_path: Path, kit) -> None:
+    # vectors alone decide here: same goal and steps everywhere, so no goal or step feature
+    mem = kit.open_mem(
+        tmp_path / "home", cluster={"select": False, "steps_weight": 0.0, "goal_weight": 0.0}
+    )
     a, b = _direction(1.0), _direction(0.1)  # too far apart to share a cluster
     bridge = _direction((1.1 / 2) ** 0.5)  # halfway: near both
     mem.ingest(

@@ -1,0 +1,318 @@
+"""Abstract steps: tool calls compared by what they do, not by the values they carried.
+
+Why: two agents that cancel two different reservations did the same thing. Clustering and
+mining therefore compare a tool call on its *signature*: the tool's name and its argument keys,
+each value replaced by a variable named after its key (``cancel_reservation(reservation_id=
+$reservation_id)``). A free-text action (contract v1) is its own signature, unchanged, so v1
+homes (and the demo) mine exactly as before.
+
+A procedure shows its steps with variables only where the evidence says the value varies:
+over the calls that share one signature, an argument whose observed values differ becomes a
+typed variable (``$date`` kind ``date``, with up to :data:`MAX_EXAMPLES` concrete examples);
+an argument seen once, or always with the same value, stays a constant (one observation is
+no evidence that it can vary). Types are inferred generically from the values and the key
+(ISO dates, amounts, ids, e-mail addresses, short repeated words = enumerations), never from
+a list written for one data set.
+
+Read-only steps (lookups) are told apart from steps that change the world by
+:class:`memory_core.config.StepsConfig`: explicit tool lists first, then name prefixes; each
+namespace may override the tenant-wide defaults. Mining keys a pattern on the world-changing
+steps (consecutive repeats collapsed: a retried call is one step), so lookups that differ from
+run to run do not split one procedure into many.
+
+Examples
+--------
+>>> from memory_core.steps import ToolCall
+>>> step_signature(ToolCall(tool="cancel_reservation", args={"reservation_id": "ZFA04Y"}))
+'cancel_reservation(reservation_id=$reservation_id)'
+>>> value_kind("date", "2024-05-20"), value_kind("amount", 120.5), value_kind("user_id", "mia_3668")
+('date', 'amount', 'id')
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memory_core.config import StepsConfig
+from memory_core.steps import Step, ToolCall, as_step
+
+__all__ = [
+    "MAX_EXAMPLES",
+    "AbstractStep",
+    "Variable",
+    "abstract_steps",
+    "is_read_only",
+    "pattern_of",
+    "policy_steps",
+    "step_signature",
+    "value_kind",
+]
+
+MAX_EXAMPLES = 3
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
+_TIME = re.compile(r"^\d{1,2}:\d{2}(:\d{2})?$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]{2,}$", re.IGNORECASE)
+_MONEY = re.compile(r"^[$€£]\s?\d[\d,]*(\.\d+)?$|^\d[\d,]*(\.\d+)?\s?(usd|eur|gbp)$", re.I)
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+_WORD = re.compile(r"^[A-Za-z][A-Za-z _-]{0,30}$")
+_MONEY_KEYS = ("amount", "price", "cost", "fee", "balance", "total", "refund", "payment")
+_ID_KEYS = ("_id", "_number", "_code", "uuid", "_key")
+
+
+def _name(key: str) -> str:
+    """A variable name from an argument key: lower snake case, ``$`` prefixed by callers."""
+    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_") or "value"
+
+
+def value_kind(key: str, value: Any) -> str:
+    """The kind of one argument value, from its shape and, for numbers and ids, its key.
+
+    Kinds: bool, date, datetime, time, email, amount, number, id, word, text, list, object.
+    ``word`` (a short alphabetic value) becomes ``enum`` at aggregate level when the values
+    repeat (:func:`abstract_steps`).
+    """
+    low = key.lower()
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "amount" if any(k in low for k in _MONEY_KEYS) else "number"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    if value is None:
+        return "null"
+    text = str(value).strip()
+    if _DATE.match(text):
+        return "date"
+    if _DATETIME.match(text):
+        return "datetime"
+    if _TIME.match(text):
+        return "time"
+    if _EMAIL.match(text):
+        return "email"
+    if _MONEY.match(text):
+        return "amount"
+    if _NUMBER.match(text):
+        return "amount" if any(k in low for k in _MONEY_KEYS) else "number"
+    if low == "id" or low.endswith(_ID_KEYS) or (re.search(r"\d", text) and " " not in text):
+        return "id"
+    if _WORD.match(text):
+        return "word"
+    return "text"
+
+
+def step_signature(step: Step | dict[str, Any] | str) -> str:
+    """What a step is compared on: ``tool(key=$key, ...)`` (keys sorted) or the free text."""
+    step = as_step(step)
+    if isinstance(step, str):
+        return step
+    args = ", ".join(f"{k}=${_name(k)}" for k in sorted(step.args))
+    return f"{step.tool}({args})"
+
+
+def _prefix_match(tool: str, prefixes: Iterable[str]) -> bool:
+    low = tool.lower()
+    return any(low.startswith(p.lower()) for p in prefixes)
+
+
+def is_read_only(tool: str, config: StepsConfig, namespace: str | None = None) -> bool:
+    """Whether a tool only reads: namespace override, then explicit lists, then prefixes.
+
+    Free-text (v1) actions are never read-only unless listed: a written-out action such as
+    "restart service" is what the agent did, so it belongs to the pattern.
+    """
+    rules = config.for_namespace(namespace)
+    if tool in rules.world_changing_tools:
+        return False
+    if tool in rules.read_only_tools:
+        return True
+    if not re.fullmatch(r"[A-Za-z_][\w.\-]*", tool):
+        return False  # free text, not a tool name
+    return _prefix_match(tool, rules.read_only_prefixes)
+
+
+def _collapse(items: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for item in items:
+        if not out or out[-1] != item:
+            out.append(item)
+    return tuple(out)
+
+
+def pattern_of(
+    actions: Sequence[str | Step] | None, config: StepsConfig, namespace: str | None = None
+) -> tuple[str, ...]:
+    """The mining key of an episode: its world-changing step signatures, repeats collapsed.
+
+    An episode whose every step is a lookup has the empty pattern ``()`` (it changed nothing:
+    an answer, a refusal); callers tell that apart from an episode without actions.
+    """
+    sigs = []
+    for raw in actions or ():
+        step = as_step(raw)
+        tool = step.tool if isinstance(step, ToolCall) else step
+        if not is_read_only(tool, config, namespace):
+            sigs.append(step_signature(step))
+    return _collapse(sigs)
+
+
+@dataclass
+class Variable:
+    """One argument of an abstract step: a typed variable, or a constant with its value."""
+
+    key: str
+    kind: str
+    values: int
+    examples: list[Any] = field(default_factory=list)
+    constant: Any = None
+    is_constant: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "kind": self.kind, "distinct_values": self.values}
+        if self.is_constant:
+            out["constant"] = self.constant
+        else:
+            out["variable"] = f"${_name(self.key)}"
+            out["examples"] = self.examples
+        return out
+
+
+@dataclass
+class AbstractStep:
+    """A step signature seen in several calls, with its arguments abstracted over them."""
+
+    signature: str
+    tool: str
+    read_only: bool
+    calls: int
+    variables: list[Variable] = field(default_factory=list)
+
+    def text(self) -> str:
+        """``tool(key=$var, key=constant)``: what a procedure shows."""
+        if not self.variables and "(" not in self.signature:
+            return self.signature
+        args = ", ".join(
+            f"{v.key}={_const_text(v.constant)}" if v.is_constant else f"{v.key}=${_name(v.key)}"
+            for v in self.variables
+        )
+        return f"{self.tool}({args})"
+
+    def as_call(self) -> dict[str, Any]:
+        """``{tool, args}`` with ``$var`` values (DESIGN.md contract v1.1)."""
+        return {
+            "tool": self.tool,
+            "args": {
+                v.key: (v.constant if v.is_constant else f"${_name(v.key)}") for v in self.variables
+            },
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "signature": self.signature,
+            "text": self.text(),
+            "read_only": self.read_only,
+            "calls": self.calls,
+            "args": [v.as_dict() for v in self.variables],
+        }
+
+
+def _const_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _freeze(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _variable(key: str, values: list[Any]) -> Variable:
+    distinct: dict[str, Any] = {}
+    for value in values:
+        distinct.setdefault(_freeze(value), value)
+    kinds = sorted({value_kind(key, v) for v in distinct.values()})
+    kind = kinds[0] if len(kinds) == 1 else "mixed"
+    if kind == "word":
+        # a short word that recurs is an enumeration; all-different words are free values
+        kind = "enum" if len(distinct) < len(values) else "text"
+    if len(distinct) == 1:
+        # seen once, or always the same: no evidence that it varies
+        only = next(iter(distinct.values()))
+        return Variable(key, kind, 1, [], only, is_constant=True)
+    ordered = sorted(distinct.items(), key=lambda kv: kv[0])
+    examples = [v for _, v in ordered[:MAX_EXAMPLES]]
+    return Variable(key, kind, len(distinct), examples)
+
+
+def abstract_steps(
+    episodes_actions: Iterable[Sequence[str | Step]],
+    config: StepsConfig,
+    namespace: str | None = None,
+) -> dict[str, AbstractStep]:
+    """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
+    calls: dict[str, list[Step]] = {}
+    for actions in episodes_actions:
+        for raw in actions or ():
+            step = as_step(raw)
+            calls.setdefault(step_signature(step), []).append(step)
+    out: dict[str, AbstractStep] = {}
+    for sig, steps in sorted(calls.items()):
+        first = steps[0]
+        if isinstance(first, str):
+            ro = is_read_only(first, config, namespace)
+            out[sig] = AbstractStep(sig, first, ro, len(steps))
+            continue
+        keys = sorted(first.args)
+        variables = [
+            _variable(k, [s.args.get(k) for s in steps if isinstance(s, ToolCall)]) for k in keys
+        ]
+        ro = is_read_only(first.tool, config, namespace)
+        out[sig] = AbstractStep(sig, first.tool, ro, len(steps), variables)
+    return out
+
+
+def policy_steps(
+    pattern: Sequence[str],
+    abstract: dict[str, AbstractStep],
+    support_actions: Sequence[Sequence[str | Step]],
+    config: StepsConfig,
+    namespace: str | None = None,
+) -> list[AbstractStep]:
+    """The steps a procedure shows: common lookups first, then the pattern's steps in order.
+
+    A lookup is shown when at least half of the supporting episodes made it (ordered by where
+    it first appears on average); the world-changing steps are the pattern itself.
+    """
+    first_seen: dict[str, list[int]] = {}
+    for actions in support_actions:
+        seen: set[str] = set()
+        for index, raw in enumerate(actions or ()):
+            sig = step_signature(raw)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            first_seen.setdefault(sig, []).append(index)
+    need = max(1, (len(support_actions) + 1) // 2)
+    lookups = sorted(
+        (
+            sig
+            for sig, where in first_seen.items()
+            if sig in abstract and abstract[sig].read_only and len(where) >= need
+        ),
+        key=lambda sig: (sum(first_seen[sig]) / len(first_seen[sig]), sig),
+    )
+    shown = [abstract[sig] for sig in lookups]
+    for sig in pattern:
+        step = abstract.get(sig)
+        if step is None:  # a pattern step not in the support (cannot happen for real data)
+            tool = sig.split("(", 1)[0]
+            step = AbstractStep(sig, tool, is_read_only(tool, config, namespace), 0)
+        shown.append(step)
+    return shown

@@ -1,0 +1,161 @@
+"""Step abstraction: typed variables from varying values, constants from single ones, lookups
+told apart from world-changing steps, and the mining pattern built from them."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory_core.config import PolicyConfig, StepRules, StepsConfig
+from memory_core.stages.counterexamples import mine_cluster
+from memory_core.step_abstract import (
+    abstract_steps,
+    is_read_only,
+    pattern_of,
+    policy_steps,
+    step_signature,
+    value_kind,
+)
+from memory_core.steps import ToolCall, encode_step
+
+RULES = StepsConfig()
+
+
+def call(tool: str, **args: object) -> str:
+    return encode_step(ToolCall(tool=tool, args=args))
+
+
+def test_value_kinds_are_inferred_from_values_and_keys() -> None:
+    assert value_kind("reservation_id", "ZFA04Y") == "id"
+    assert value_kind("x", "HAT039") == "id"
+    assert value_kind("date", "2024-05-20") == "date"
+    assert value_kind("when", "2024-05-20T10:00:00") == "datetime"
+    assert value_kind("amount", 120) == "amount"
+    assert value_kind("refund", "120.50") == "amount"
+    assert value_kind("count", 3) == "number"
+    assert value_kind("price", "$12.50") == "amount"
+    assert value_kind("cabin", "economy") == "word"
+    assert value_kind("email", "a@b.io") == "email"
+    assert value_kind("flag", True) == "bool"
+
+
+def test_varying_values_become_typed_variables_with_examples() -> None:
+    runs = [
+        [call("cancel_reservation", reservation_id=r, date=d, amount=a, cabin=c)]
+        for r, d, a, c in [
+            ("ZFA04Y", "2024-05-20", 120, "economy"),
+            ("H9ZU1C", "2024-05-21", 80, "business"),
+            ("SI5UKW", "2024-05-22", 99, "economy"),
+            ("HXDUBJ", "2024-05-23", 45, "economy"),
+        ]
+    ]
+    [step] = abstract_steps(runs, RULES).values()
+    by_key = {v.key: v for v in step.variables}
+    assert by_key["reservation_id"].kind == "id" and not by_key["reservation_id"].is_constant
+    assert by_key["date"].kind == "date" and by_key["amount"].kind == "amount"
+    assert by_key["cabin"].kind == "enum"  # short words that recur
+    assert len(by_key["reservation_id"].examples) == 3  # a few concrete examples kept
+    assert step.text() == (
+        "cancel_reservation(amount=$amount, cabin=$cabin, date=$date, "
+        "reservation_id=$reservation_id)"
+    )
+    assert step.as_call()["args"]["reservation_id"] == "$reservation_id"
+    assert not step.read_only
+
+
+def test_a_value_seen_once_or_always_the_same_stays_a_constant() -> None:
+    once = abstract_steps([[call("send_certificate", user_id="u_1", amount=150)]], RULES)
+    [step] = once.values()
+    assert all(v.is_constant for v in step.variables)
+    assert step.text() == "send_certificate(amount=150, user_id=u_1)"
+    same = abstract_steps(
+        [[call("book", cabin="economy", user=u)] for u in ("a1", "b2", "c3")], RULES
+    )
+    [step] = same.values()
+    assert step.text() == "book(cabin=economy, user=$user)"
+
+
+def test_signature_ignores_values_and_key_order() -> None:
+    a = ToolCall(tool="update", args={"b": 1, "a": "x"})
+    b = ToolCall(tool="update", args={"a": "y", "b": 2})
+    assert step_signature(a) == step_signature(b) == "update(a=$a, b=$b)"
+    assert step_signature("restart service") == "restart service"
+
+
+def test_read_only_guess_from_prefixes_is_overridable_per_namespace() -> None:
+    assert is_read_only("get_user_details", RULES)
+    assert is_read_only("search_direct_flight", RULES)
+    assert not is_read_only("cancel_reservation", RULES)
+    assert not is_read_only("get rid of cache", RULES)  # free text is what the agent did
+    rules = StepsConfig(
+        world_changing_tools=["get_and_reset_counter"],
+        namespaces={"airline": StepRules(read_only_tools=["transfer_to_human_agents"])},
+    )
+    assert not is_read_only("get_and_reset_counter", rules)
+    assert is_read_only("transfer_to_human_agents", rules, "airline")
+    assert not is_read_only("transfer_to_human_agents", rules, "other")
+
+
+def test_pattern_keeps_world_changing_steps_and_collapses_retries() -> None:
+    actions = [
+        call("get_user_details", user_id="u1"),
+        call("update_flights", reservation_id="R1"),
+        call("update_flights", reservation_id="R1"),
+        call("get_reservation_details", reservation_id="R1"),
+    ]
+    assert pattern_of(actions, RULES) == ("update_flights(reservation_id=$reservation_id)",)
+    assert pattern_of([call("get_user_details", user_id="u1")], RULES) == ()
+    assert pattern_of(["a b", "c d"], RULES) == ("a b", "c d")  # v1 actions unchanged
+
+
+def test_procedure_shows_common_lookups_then_the_pattern() -> None:
+    runs = [
+        [call("get_user_details", user_id=u), call("cancel", reservation_id=r)]
+        for u, r in [("u1", "R1"), ("u2", "R2"), ("u3", "R3")]
+    ]
+    runs[2].insert(0, call("list_airports"))  # made once: not shown
+    abstract = abstract_steps(runs, RULES)
+    shown = policy_steps(pattern_of(runs[0], RULES), abstract, runs, RULES)
+    assert [s.text() for s in shown] == [
+        "get_user_details(user_id=$user_id)",
+        "cancel(reservation_id=$reservation_id)",
+    ]
+    assert [s.read_only for s in shown] == [True, False]
+
+
+def _episode(eid: str, subject: str, outcome: str, actions: list[str], **conditions: str):
+    return {
+        "episode_id": eid, "subject_id": subject, "session_id": None, "actions": actions,
+        "outcome": outcome, "conditions": conditions,
+    }  # fmt: skip
+
+
+def test_pitfall_from_explained_failures_and_none_from_one_failure() -> None:
+    def cancel(r: str) -> list[str]:
+        return [call("get_user_details", user_id=r), call("cancel_reservation", reservation_id=r)]
+
+    wins = [_episode(f"ok{i}", f"u{i % 3}", "success", cancel(f"R{i}"), membership="gold")
+            for i in range(4)]  # fmt: skip
+    fails = [_episode(f"bad{i}", f"v{i % 2}", "failure", cancel(f"X{i}"), membership="basic")
+             for i in range(4)]  # fmt: skip
+    [finding] = mine_cluster([*wins, *fails], PolicyConfig())
+    assert finding.preconditions == {"membership": "gold"} and finding.passed
+    assert finding.pitfall is not None
+    assert finding.pitfall.conditions == {"membership": "basic"}
+    assert finding.pitfall.failure_ids == ("bad0", "bad1", "bad2", "bad3")
+    [alone] = mine_cluster([*wins, fails[0]], PolicyConfig())
+    assert alone.pitfall is None  # one failure teaches nothing
+    # an unexplained failure stays a counterexample that blocks the rule
+    odd = _episode("odd", "w", "failure", cancel("Z"), membership="gold")
+    [blocked] = mine_cluster([*wins, *fails, odd], PolicyConfig())
+    assert blocked.unexplained_ids == ("odd",) and not blocked.passed
+
+
+@given(st.lists(st.sampled_from(["R1", "R2", "Q7", "2024-01-02", "x y"]), min_size=1, max_size=6))
+def test_abstraction_is_deterministic_and_order_free(values: list[str]) -> None:
+    runs = [[call("do", v=v)] for v in values]
+    one = {k: s.as_dict() for k, s in abstract_steps(runs, RULES).items()}
+    two = {k: s.as_dict() for k, s in abstract_steps(list(reversed(runs)), RULES).items()}
+    assert one == two
+    [step] = one.values()
+    assert ("constant" in step["args"][0]) == (len(set(values)) == 1)
