@@ -1,38 +1,219 @@
-"""Clustering ARI/NMI and counterexample coverage on tau-bench (real agent trajectories).
+"""Procedures from real trajectories, through the CLI contract, scored with tau-bench's intents.
 
-    HF_HUB_OFFLINE=1 python bench/tau_cluster.py [--path ../shared/data/tau_bench_airline_tasks_00_24.json] [--embedder minilm|hash]
+    HF_HUB_OFFLINE=1 python bench/tau_cluster.py [--path FILE] [--embedder minilm|hash]
+        [--config extra.toml] [--recluster]
 
-Runs the converter, ingest, clustering and mining on a fresh temporary home; the gold intents
-are used only to score. Prints JSON.
+What runs is what a data team runs: the runs are converted (``convert_tau_bench``: the
+openai-chat adapter, one trajectory episode per run with its ``{tool, args}`` calls plus one
+text-only episode per message), written as JSON lines, then ``memctl ingest``, ``memctl
+consolidate``, ``memctl clusters --format json`` and ``memctl candidates --format json`` in
+subprocesses on a fresh home. The gold intents (set of gold action names of the run's task)
+are read only here, after the fact, to score:
+
+- ARI / NMI of the trajectories' clusters against the intents, next to k-means told the true
+  number of intents on the same episode vectors;
+- learnable intents: >= 3 successful runs from >= 2 users. For each, whether a procedural
+  candidate exists (and whether one passed the policy) whose world-changing steps (as a set
+  of tool names) equal the intent's world-changing gold actions (the same read-only rules);
+- procedure precision: candidates whose world-changing steps equal those of the intent of
+  every supporting run, among passing candidates and among all procedural candidates;
+- failed runs of learnable intents linked to their intent's procedure as counterexamples or
+  pitfall evidence.
+
+Prints JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
-from memory_core.config import load_settings
-from memory_core.embed import make_embedder
-from memory_core.eval.tau_eval import evaluate_tau_bench
+import numpy as np
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared/data/tau_bench_airline_tasks_00_24.json"
+
+
+def memctl(home: Path, *args: str, config: Path | None, env: dict[str, str]) -> str:
+    cmd = [sys.executable, "-m", "memory_core.cli", "--home", str(home)]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    done = subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"memctl {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def world_changing(names: set[str], settings: Any, namespace: str) -> frozenset[str]:
+    from memory_core.step_abstract import is_read_only
+
+    return frozenset(n for n in names if not is_read_only(n, settings.steps, namespace))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--path", type=Path, default=DEFAULT)
-    parser.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
+    parser.add_argument("--embedder", choices=["minilm", "hash"], default="hash")
+    parser.add_argument("--config", type=Path, default=None)
+    parser.add_argument("--recluster", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the home here")
     args = parser.parse_args()
+
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    from memory_core.config import load_settings
+    from memory_core.eval.tau_bench import convert_tau_bench, load_tau_bench
+
+    items = load_tau_bench(args.path)
+    conversion = convert_tau_bench(items)
+    gold_names = {}
+    for item in items:
+        sid = f"task{item['task_id']}-trial{item['trial']}"
+        actions = ((item.get("info") or {}).get("task") or {}).get("actions") or []
+        gold_names[sid] = {str(a["name"]) for a in actions if a.get("name")}
+    trajectories = conversion.trajectories
+    intent = conversion.intent_of_episode
+    session_of = {t["episode_id"]: t["session_id"] for t in trajectories}
+
+    env = {**os.environ, "MEMCTL_EMBED__MODEL": args.embedder, "HF_HUB_OFFLINE": "1"}
+    env.pop("MEMCTL_HOME", None)
     with tempfile.TemporaryDirectory() as tmp:
-        settings = load_settings(home=Path(tmp), embed={"model": args.embedder})
-        result = evaluate_tau_bench(args.path, settings, embedder=make_embedder(settings.embed))
-    print(
-        json.dumps(
-            {"path": str(args.path), "embedder": args.embedder, **result.as_dict()}, indent=2
-        )
-    )
+        root = args.keep or Path(tmp)
+        home = root / "home"
+        data = root / "episodes.jsonl"
+        data.write_text("".join(json.dumps(e) + "\n" for e in conversion.episodes))
+        last = max(e["occurred_at"] for e in conversion.episodes)
+        now = last[:10] + "T23:00:00Z"
+        memctl(home, "init", config=args.config, env=env)
+        memctl(home, "ingest", str(data), config=args.config, env=env)
+        memctl(home, "consolidate", "--now", now, config=args.config, env=env)
+        if args.recluster:
+            memctl(home, "consolidate", "--now", now, "--recluster", config=args.config, env=env)
+        clusters = json.loads(memctl(home, "clusters", "--format", "json",
+                                     config=args.config, env=env))  # fmt: skip
+        candidates = json.loads(memctl(home, "candidates", "--format", "json",
+                                       config=args.config, env=env))  # fmt: skip
+        settings = load_settings(home=home, config_file=args.config, embed={"model": args.embedder})
+        from memory_core.stores import open_stores
+
+        stores = open_stores(settings)
+        ids = [t["episode_id"] for t in trajectories]
+        quoted = ", ".join("'" + i + "'" for i in ids)
+        table = stores.lance.scan("episodes", where=f"episode_id IN ({quoted})",
+                                  columns=["episode_id", "vector"])  # fmt: skip
+        vec_of = dict(zip(table.column("episode_id").to_pylist(),
+                          np.asarray(table.column("vector").to_pylist()), strict=True))  # fmt: skip
+        selection = []
+        with stores.meta.connect() as con:
+            for (detail,) in con.execute(
+                "SELECT detail FROM audit_log WHERE action = 'cluster_selection' ORDER BY logged_at"
+            ).fetchall():
+                selection.append(json.loads(detail)["choice"])
+
+    namespace = trajectories[0]["namespace"]
+    members = {m: c["cluster_id"] for c in clusters for m in c["member_ids"]}
+    gold = [intent[i] for i in ids]
+    ours = [members.get(i, f"unclustered:{i}") for i in ids]
+    k = len(set(gold))
+    vectors = np.stack([vec_of[i] for i in ids])
+    km = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(vectors)
+    message_clustered = sum(1 for e in conversion.episodes if e["episode_id"] in members
+                            and e["episode_id"] not in session_of)  # fmt: skip
+
+    outcome = {t["episode_id"]: t["outcome"] for t in trajectories}
+    user = {t["episode_id"]: t["subject_id"] for t in trajectories}
+    wc_gold = {i: world_changing(gold_names[session_of[i]], settings, namespace) for i in ids}
+    by_intent: dict[str, list[str]] = defaultdict(list)
+    for i in ids:
+        by_intent[intent[i]].append(i)
+    learnable = sorted(
+        name for name, eps in by_intent.items()
+        if sum(outcome[e] == "success" for e in eps) >= 3
+        and len({user[e] for e in eps if outcome[e] == "success"}) >= 2
+    )  # fmt: skip
+
+    procs = [c for c in candidates if c["kind"] == "procedural"]
+    pitfalls = [c for c in candidates if (c.get("stats") or {}).get("pitfall")]
+    passing_status = {"pending_score", "pending_review", "approved", "promoted"}
+
+    def tools(c: dict[str, Any]) -> frozenset[str]:
+        steps = (c.get("stats") or {}).get("world_changing_steps")
+        if steps is None:
+            steps = c["procedure"]["steps"]
+        return frozenset(s.split("(", 1)[0] for s in steps)
+
+    def correct(c: dict[str, Any]) -> bool:
+        support = [s for s in c["support_ids"] if s in wc_gold]
+        return bool(support) and all(wc_gold[s] == tools(c) for s in support)
+
+    per_intent = {}
+    linked_total = failed_total = 0
+    for name in learnable:
+        eps = by_intent[name]
+        target = wc_gold[eps[0]]
+        mine = [c for c in procs if tools(c) == target
+                and Counter(intent.get(s) for s in c["support_ids"]).most_common(1)[0][0] == name]  # fmt: skip
+        failed = [e for e in eps if outcome[e] == "failure"]
+        linked = set()
+        for c in mine:
+            linked |= set(c["counterexample_ids"]) & set(failed)
+            for p in pitfalls:
+                if p["stats"].get("pitfall_of") == c["candidate_id"]:
+                    linked |= set(p["support_ids"]) & set(failed)
+        linked_total += len(linked)
+        failed_total += len(failed)
+        per_intent[name or "(no gold action)"] = {
+            "runs": len(eps),
+            "successes": sum(outcome[e] == "success" for e in eps),
+            "world_changing_gold": sorted(target),
+            "procedure": bool(mine),
+            "procedure_passing": any(c["status"] in passing_status for c in mine),
+            "steps": mine[0]["procedure"]["steps"] if mine else None,
+            "failed_runs": len(failed),
+            "failed_linked": len(linked),
+        }
+    passing = [c for c in procs if c["status"] in passing_status]
+    result = {
+        "path": str(args.path),
+        "embedder": args.embedder,
+        "config": str(args.config) if args.config else None,
+        "recluster": args.recluster,
+        "trajectories": len(ids),
+        "message_episodes": len(conversion.episodes) - len(ids),
+        "message_episodes_clustered": message_clustered,
+        "intents": k,
+        "clusters": len(set(ours)),
+        "ari": round(float(adjusted_rand_score(gold, ours)), 4),
+        "nmi": round(float(normalized_mutual_info_score(gold, ours)), 4),
+        "kmeans_true_k_ari": round(float(adjusted_rand_score(gold, km)), 4),
+        "kmeans_true_k_nmi": round(float(normalized_mutual_info_score(gold, km)), 4),
+        "selection": selection,
+        "learnable_intents": len(learnable),
+        "learnable_with_procedure": sum(v["procedure"] for v in per_intent.values()),
+        "learnable_with_passing_procedure": sum(
+            v["procedure_passing"] for v in per_intent.values()
+        ),
+        "per_intent": per_intent,
+        "procedural_candidates": len(procs),
+        "procedural_passing": len(passing),
+        "precision_passing": round(sum(map(correct, passing)) / len(passing), 4)
+        if passing
+        else None,
+        "precision_all": round(sum(map(correct, procs)) / len(procs), 4) if procs else None,
+        "pitfalls": len(pitfalls),
+        "pitfalls_passing": sum(p["status"] in passing_status for p in pitfalls),
+        "failed_runs_of_learnable": failed_total,
+        "failed_linked": linked_total,
+        "failed_linked_rate": round(linked_total / failed_total, 4) if failed_total else None,
+    }
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ class ClusterResult:
     reclustered: bool = False
     skipped_no_actions_or_goal: int = 0
     selection: dict[str, Any] | None = None
+    choice: Choice | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -370,7 +371,7 @@ def cluster_partition(
         result = _incremental(
             stores, config, ctx, partition, table, old_clusters, old_members, steps, recorded
         )
-        choice = Choice.from_dict(result.selection) if result.selection else None
+        choice = result.choice
     result.skipped_no_actions_or_goal = skipped
     if choice is not None and fresh and (result.new_members or not _same(recorded, choice)):
         result.selection = choice.as_dict()
@@ -513,7 +514,7 @@ def _incremental(
     inputs = _inputs(_in_order(table), steps, partition.namespace)
     if old_clusters.num_rows == 0:
         choice = _select(inputs, config)
-        result.selection = choice.as_dict()
+        result.choice = choice
     else:
         choice = recorded or Choice.default(config)
     batch = _batch(inputs, choice)
