@@ -206,15 +206,25 @@ def nightly_consolidation(
         wait_s=settings.lease.wait_s,
     ):
         crash_point("nightly.leased")
-        return _consolidate(
-            settings,
-            stores,
-            ctx,
-            settings_data=settings_data,
-            now_iso=now_iso,
-            recluster=recluster,
-            sync=sync,
-        )
+        try:
+            return _consolidate(
+                settings,
+                stores,
+                ctx,
+                settings_data=settings_data,
+                now_iso=now_iso,
+                recluster=recluster,
+                sync=sync,
+            )
+        except Exception as exc:  # the runs table says failed, not running forever
+            finish_run(
+                stores.meta,
+                run_id=ctx.run_id,
+                finished_at=datetime.now(UTC),
+                status="failed",
+                summary={"error": type(exc).__name__},
+            )
+            raise
 
 
 def _consolidate(
@@ -327,8 +337,10 @@ def run_nightly(
     The task runner is configuration (``[runner]``, flows/runners.py): threads by default,
     a Dask or Ray cluster when one machine is not enough.
     """
+    from flows.ephemeral import start_ephemeral_server
     from flows.runners import task_runner
 
+    start_ephemeral_server()  # dies with this process, even SIGKILLed (no orphan server)
     runner = task_runner(settings.runner)
     return nightly_consolidation.with_options(task_runner=runner)(
         settings_data=settings.model_dump(mode="json"),

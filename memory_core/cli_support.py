@@ -99,6 +99,9 @@ def prefect_env(settings: Settings) -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_ENABLED", "false")
+    from memory_core.logging_setup import quiet_expected_errors
+
+    quiet_expected_errors()  # the command prints our errors as one line: no Prefect traceback
     if os.environ.get("MEMCTL_LOG_FORMAT") == "json":  # flows log JSON lines too
         from memory_core.logging_setup import prefect_logging
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from memory_core.errors import MetaLocked, TransientError
 from memory_core.stores.meta import MetaStore
 
-__all__ = ["Lease", "LeaseHeld", "LeaseInfo", "acquire", "current_holder", "hold"]
+__all__ = ["Lease", "LeaseHeld", "LeaseInfo", "acquire", "current_holder", "hold", "is_live"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,12 @@ def current_holder(meta: MetaStore, name: str = PIPELINE) -> LeaseInfo | None:
             [name],
         ).fetchone()
     return _row_info(row) if row else None
+
+
+def is_live(info: LeaseInfo, now: datetime | None = None) -> bool:
+    """Whether the stored lease still has a holder: not expired, and not held by a process
+    of this host that no longer exists (SIGKILLed)."""
+    return not _free(info, now or datetime.now(UTC), holder="")
 
 
 def _free(info: LeaseInfo, now: datetime, holder: str) -> bool:

@@ -20,7 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["LOG_FORMAT_ENV", "JsonFormatter", "configure_logging", "log_format", "prefect_logging"]
+__all__ = [
+    "LOG_FORMAT_ENV",
+    "JsonFormatter",
+    "configure_logging",
+    "log_format",
+    "prefect_logging",
+    "quiet_expected_errors",
+]
 
 LOG_FORMAT_ENV = "MEMCTL_LOG_FORMAT"
 LogFormat = Literal["text", "json"]
@@ -46,6 +53,34 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
         return json.dumps(out, ensure_ascii=False)
+
+
+class _ExpectedErrors(logging.Filter):
+    """Drops Prefect's report of a run that failed with one of our expected errors: the
+    command prints that error as its one line (cli.main), and Prefect's copy is a 20-line
+    traceback in front of it (a second ``memctl consolidate`` and the lease message)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from memory_core.errors import MemoryCoreError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, MemoryCoreError)
+
+
+_QUIET = _ExpectedErrors()
+_RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
+def quiet_expected_errors() -> None:
+    """For a command run on a terminal: no Prefect traceback for the errors it reports itself
+    (unexpected errors keep theirs; ``MEMCTL_LOG_LEVEL=DEBUG`` keeps every one). Uses only
+    the standard library: a filter on Prefect's run loggers, which its logging config keeps."""
+    if os.environ.get("MEMCTL_LOG_LEVEL", "").upper() == "DEBUG":
+        return
+    for name in _RUN_LOGGERS:
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
 
 
 def log_format(option: str | None = None) -> LogFormat:

@@ -54,6 +54,7 @@ def collect_status(stores: Stores, *, last_runs: int = 5) -> dict[str, Any]:
             "ORDER BY started_at DESC LIMIT ?",
             [last_runs],
         ).fetchall()
+    live = _live_holder(stores)
     return {
         "lance_uri": stores.lance.uri,
         "meta_path": str(stores.meta.path),
@@ -64,7 +65,7 @@ def collect_status(stores: Stores, *, last_runs: int = 5) -> dict[str, Any]:
             {
                 "run_id": r[0],
                 "flow": r[1],
-                "status": r[2],
+                "status": "crashed" if r[2] == "running" and r[0] != live else r[2],
                 "started_at": r[3].isoformat() if r[3] else None,
                 "finished_at": r[4].isoformat() if r[4] else None,
                 "now": r[5].isoformat() if r[5] else None,
@@ -73,3 +74,13 @@ def collect_status(stores: Stores, *, last_runs: int = 5) -> dict[str, Any]:
             for r in runs
         ],
     }
+
+
+def _live_holder(stores: Stores) -> str | None:
+    """The run id holding the pipeline lease, if its holder is alive. A run recorded as
+    running holds that lease from before it starts until after it finishes (flows/nightly.py),
+    so a running run that is not this holder was killed: ``crashed``."""
+    from memory_core.lease import current_holder, is_live
+
+    info = current_holder(stores.meta)
+    return info.holder if info is not None and is_live(info) else None

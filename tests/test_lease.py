@@ -119,3 +119,38 @@ def test_a_holder_whose_lease_was_taken_over_learns_it_lost(stores: Stores) -> N
     old.release()  # releasing a lost lease leaves the new holder's row alone
     assert current_holder(stores.meta).holder == "run_b"
     new.release()
+
+
+def test_status_shows_a_run_whose_lease_holder_is_gone_as_crashed(stores: Stores) -> None:
+    """A SIGKILLed nightly run stays `running` in the runs table; status must not say so."""
+    from memory_core.status import collect_status
+    from memory_core.stores.ledger import start_run
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    at = datetime.now(UTC)
+    for run_id in ("run_killed", "run_alive", "run_no_lease"):
+        start_run(stores.meta, run_id=run_id, flow="nightly-consolidation", started_at=at,
+                  clock=at, params={})  # fmt: skip
+    here = socket.gethostname()
+
+    def statuses() -> dict[str, str]:
+        return {r["run_id"]: r["status"] for r in collect_status(stores)["last_runs"]}
+
+    _plant(stores, holder="run_killed", pid=int(dead.stdout), host=here, expires_in_s=60)
+    assert statuses() == {
+        "run_killed": "crashed",
+        "run_alive": "crashed",
+        "run_no_lease": "crashed",
+    }
+    with stores.meta.transaction() as con:
+        con.execute("DELETE FROM leases")
+    _plant(stores, holder="run_alive", pid=os.getpid(), host=here, expires_in_s=60)
+    assert statuses() == {
+        "run_killed": "crashed",
+        "run_alive": "running",
+        "run_no_lease": "crashed",
+    }
+    with stores.meta.transaction() as con:  # a live pid, but the lease ran out: not renewing
+        con.execute("UPDATE leases SET expires_at = ?", [at - timedelta(seconds=1)])
+    assert statuses()["run_alive"] == "crashed"

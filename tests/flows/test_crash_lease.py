@@ -46,3 +46,30 @@ def test_a_lease_left_by_a_dead_process_here_is_taken_over(ingest, stores, setti
     summary = run_nightly(settings, now=NOW)
     assert summary["partitions"] == 1
     assert current_holder(stores.meta) is None  # released at the end of the run
+
+
+def test_the_cli_prints_only_the_lease_message(ingest, stores, settings, capfd, monkeypatch):
+    """`memctl consolidate` while another run holds the lease: the one-line reason, and not
+    Prefect's 20-line traceback of the failed flow run in front of it."""
+    import logging
+    import sys
+
+    from memory_core.cli import main
+    from memory_core.logging_setup import _RUN_LOGGERS
+
+    ingest(lines_of(episode()))
+    _plant(stores, host="worker-7", pid=4242)
+    for name in _RUN_LOGGERS:  # what the CLI adds stays out of the other tests' loggers
+        monkeypatch.setattr(logging.getLogger(name), "filters", [])
+    capfd.readouterr()
+    argv = ["memctl", "consolidate", "--home", str(settings.home), "--now", "2026-08-01T00:00:00Z"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 1
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("Error: another run holds the 'pipeline' lease of this home")
+    assert "run run_other" in lines[0] and "pid 4242 on worker-7" in lines[0]

@@ -1,0 +1,106 @@
+"""The ephemeral Prefect server a command starts dies with the command.
+
+Without ``PREFECT_API_URL``, Prefect starts a temporary API server (``python -m uvicorn``, a
+child process) the first time a client needs one, and stops it from an ``atexit`` hook. A
+SIGKILLed ``memctl consolidate`` runs no hook: its server lived on as an orphan (~220 MB each;
+12 of them after 12 kills). So a command that runs a flow starts that server first, from its
+main thread, with a parent-death signal (Linux ``PR_SET_PDEATHSIG`` = SIGTERM, set by
+``setpriv --pdeathsig`` or a ``preexec_fn``): the kernel sends the server SIGTERM when its
+parent dies, however it dies.
+
+Prefect's own command line is kept (its ``_run_uvicorn_command``); only ``Popen`` changes.
+The instance is registered where Prefect looks for its ephemeral server
+(``SubprocessASGIServer._instances[None]``), so every Prefect client of this process uses it.
+Elsewhere (macOS, a server already chosen, ``PREFECT_API_URL`` set) nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from prefect.server.api import server as prefect_server
+from prefect.settings import PREFECT_API_URL
+
+__all__ = ["die_with_parent", "start_ephemeral_server"]
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when the thread that forked it ends (the
+    main thread: when the process ends), and exits at once if its parent is already gone."""
+
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def _popen_dies_with_parent(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``Popen`` whose child gets SIGTERM when this process dies.
+
+    ``setpriv --pdeathsig`` (util-linux) sets the signal and execs the command: no Python
+    code runs between fork and exec, so fork hooks (lancedb warns of deadlocks in forked
+    children) are not involved. Without setpriv, a ``preexec_fn`` does the same."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        return subprocess.Popen([setpriv, "--pdeathsig", "TERM", "--", *args], **kwargs)
+    with warnings.catch_warnings():  # the child only calls prctl and exec
+        warnings.filterwarnings("ignore", message=".*fork", category=RuntimeWarning)
+        return subprocess.Popen(args, preexec_fn=die_with_parent(os.getpid()), **kwargs)
+
+
+class _PopenDiesWithParent:
+    """``subprocess`` as Prefect's server module sees it, with ``Popen`` tied to this process."""
+
+    Popen = staticmethod(_popen_dies_with_parent)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+
+class _TiedServer(prefect_server.SubprocessASGIServer):
+    """Prefect's ephemeral server, started with a parent-death signal."""
+
+    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+        real = prefect_server.subprocess
+        prefect_server.subprocess = _PopenDiesWithParent()  # type: ignore[assignment]
+        try:
+            return super()._run_uvicorn_command()
+        finally:
+            prefect_server.subprocess = real
+
+
+def start_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
+    """Start this process's ephemeral server now, tied to the process; None when Prefect will
+    use another API (``PREFECT_API_URL``), off Linux, or off the main thread (the signal
+    follows the thread that forked the child, which must outlive every flow run)."""
+    if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    instances = prefect_server.SubprocessASGIServer._instances
+    existing = instances.get(None)
+    if existing is not None and existing.running:
+        return existing  # already started (by Prefect, or an earlier call): keep it
+    server = object.__new__(_TiedServer)
+    server.__init__(None)  # type: ignore[misc]
+    instances[None] = server
+    server.start()
+    logger.debug("ephemeral Prefect server pid %s", server.server_process.pid)  # type: ignore[union-attr]
+    return server
