@@ -24,10 +24,9 @@ from typing import Any
 from memory_core.config import load_settings
 from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
-from memory_core.stages.decisions import ReviewRequest
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
-from memory_core.stages.review import build_review_batches, decide_batch
+from memory_core.stages.review import ReviewRequest, build_review_batches, decide_batch
 from memory_core.stages.score import score_candidates
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.facts import list_rows

@@ -33,10 +33,9 @@ from memory_core.config import load_settings
 from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.recall import Recaller
-from memory_core.stages.decisions import ReviewRequest
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
-from memory_core.stages.review import build_review_batches, decide_batch
+from memory_core.stages.review import ReviewRequest, build_review_batches, decide_batch
 from memory_core.stages.score import score_candidates
 from memory_core.stages.staleness import run_staleness
 from memory_core.stages.staleness.source_file import update_sources

@@ -23,15 +23,15 @@ from memory_core.crash import crash_point
 from memory_core.lease import hold as hold_lease
 from memory_core.report import write_report
 from memory_core.stages import forget as stage
-from memory_core.stages.compaction_plan import (
+from memory_core.stages.forget.maintain import maintain_tables
+from memory_core.stages.forget.rewrite import (
     CompactionJob,
     commit_compaction,
     execute_compaction,
     plan_compaction,
     record_maintenance,
 )
-from memory_core.stages.delete_subject import Target, forget
-from memory_core.stages.maintain import maintain_tables
+from memory_core.stages.forget.user_deletion import Target, forget
 from memory_core.stores import Stores, open_stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.maintenance import check_tags

@@ -33,9 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.errors import ReviewClosed
-from memory_core.stages.decisions import ItemEdit, ReviewRequest
-from memory_core.stages.review import build_review_batches, decide_batch
-from memory_core.stages.review_summary import batch_summary, summary_markdown
+from memory_core.stages.review import (
+    ItemEdit,
+    ReviewRequest,
+    batch_summary,
+    build_review_batches,
+    decide_batch,
+    summary_markdown,
+)
 from memory_core.stores import open_stores
 from memory_core.stores.review import BatchStatus, get_batch, set_flow_run
 

@@ -26,11 +26,11 @@ from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.errors import EpisodeConflict, ValidationFailed
 from memory_core.models import Authority, Episode, SourceRole, canonical_json, content_hash
-from memory_core.stages import ingest as ingest_stage
-from memory_core.stages import ingest_fast
+from memory_core.stages.ingest import blocks as ingest_fast
 from memory_core.stages.ingest import ingest_file, ingest_records
-from memory_core.stages.ingest_fast import VectorParser, process_chunk, split_vector
-from memory_core.stages.redact import _SCREEN, Redactor, might_hold_secret, redact_text
+from memory_core.stages.ingest import stage as ingest_stage
+from memory_core.stages.ingest.blocks import VectorParser, process_chunk, split_vector
+from memory_core.stages.ingest.redact import _SCREEN, Redactor, might_hold_secret, redact_text
 from memory_core.stores import open_stores
 from tests.conftest import NOW, episode
 from tests.test_redaction import CONTEXT, SECRETS
@@ -683,7 +683,7 @@ def test_fast_secret_screen_is_exact():
 
 
 def _slow_redact(text: str) -> str:
-    from memory_core.stages.redact import _PATTERNS, _replacer
+    from memory_core.stages.ingest.redact import _PATTERNS, _replacer
 
     if not _SCREEN.search(text):
         return text

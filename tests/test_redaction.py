@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.stages.redact import redact_text
+from memory_core.stages.ingest.redact import redact_text
 from memory_core.stores.schemas import TABLES
 from tests.conftest import episode, lines_of
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory_core.config import PolicyConfig, StepRules, StepsConfig
-from memory_core.stages.counterexamples import mine_cluster
+from memory_core.stages.mine.counterexamples import mine_cluster
 from memory_core.step_abstract import (
     abstract_steps,
     is_read_only,

@@ -63,7 +63,7 @@ def _items(values: list[str] | None) -> list[str]:
 
 
 def _edits(values: list[str] | None) -> dict[str, Any]:
-    from memory_core.stages.decisions import ItemEdit
+    from memory_core.stages.review import ItemEdit
 
     out: dict[str, Any] = {}
     for raw in values or []:
@@ -118,7 +118,7 @@ def show_cmd(
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Show a batch as a reviewer reads it: evidence, scores, risks, what approval would do."""
-    from memory_core.stages.review_summary import batch_summary, summary_markdown
+    from memory_core.stages.review import batch_summary, summary_markdown
 
     settings = settings_for(home, config)
     summary = batch_summary(open_all(settings), settings, batch_id, now=parse_now(now))
@@ -132,8 +132,7 @@ def _decide(
     batch_id: str, *, decision: str, items: list[str], reason: str, reviewer: str,
     edits: dict[str, Any], now: str | None, home: Any, config: Any, fmt: OutputFormat,
 ) -> None:  # fmt: skip
-    from memory_core.stages.decisions import ReviewRequest
-    from memory_core.stages.review import decide_batch
+    from memory_core.stages.review import ReviewRequest, decide_batch
 
     settings = settings_for(home, config)
     stores = open_all(settings)

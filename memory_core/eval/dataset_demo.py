@@ -30,7 +30,7 @@ from memory_core.eval.probes import (
 )
 from memory_core.eval.retrieval import Query, evenly, open_reader, run_queries
 from memory_core.models import CandidateStatus
-from memory_core.stages.supersede import normalise
+from memory_core.stages.promote.supersede import normalise
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.facts import list_rows
 

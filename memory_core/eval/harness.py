@@ -171,8 +171,7 @@ class EvalHome:
 
     def approve_all(self, *, now: datetime) -> dict[str, int]:
         """Approve every open review batch as ``memctl review approve BATCH`` would."""
-        from memory_core.stages.decisions import ReviewRequest
-        from memory_core.stages.review import decide_batch
+        from memory_core.stages.review import ReviewRequest, decide_batch
         from memory_core.stores.review import list_batches
 
         ctx = RunContext(now=now, actor=EVAL_REVIEWER)
@@ -202,7 +201,7 @@ class EvalHome:
         """Nightly Lance maintenance (``maintain_tables``): version pruning, index refresh and
         the full-text index the read path's BM25 leg needs. Without it recall would be
         measured on vectors alone, which is not what agents read after a nightly run."""
-        from memory_core.stages.maintain import maintain_tables
+        from memory_core.stages.forget.maintain import maintain_tables
         from memory_core.stores.schemas import TABLES
 
         return maintain_tables(self.stores, self.settings, list(TABLES))

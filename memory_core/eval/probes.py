@@ -19,7 +19,7 @@ from memory_core.eval import metrics
 from memory_core.eval.harness import EVAL_REVIEWER, EvalHome
 from memory_core.eval.retrieval import Query, open_reader, run_queries
 from memory_core.eval.scans import scan_for_needles, subject_residue
-from memory_core.stages.supersede import fact_key, procedure_key
+from memory_core.stages.promote.supersede import fact_key, procedure_key
 
 __all__ = [
     "cost_report",
@@ -115,7 +115,7 @@ def revocation_probe(
     keeps the probe cheap) and a few more episodes (the first ``episodes`` by id); then
     check that the records, and anything else left with no unrevoked source, are revoked, and
     that recall, asked for each revoked episode's own text, never serves a revoked record."""
-    from memory_core.stages.revoke import revoke_source
+    from memory_core.stages.forget import revoke_source
 
     picked: list[tuple[str, str, list[str]]] = []
     for table in DERIVED:

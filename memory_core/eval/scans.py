@@ -1,7 +1,7 @@
 """Independent scans of everything a home stores: every Lance table at every reachable version,
 and every DuckDB table, cell by cell.
 
-Why independent: deletion verifies itself (``delete_subject._verify``) and redaction counts
+Why independent: deletion verifies itself (``forget/user_deletion._verify``) and redaction counts
 what it redacted; an evaluation that trusted those reports would only measure that they agree
 with themselves. These scans read the stores raw and search for the needles (planted secret
 values, a forgotten subject's ids and texts) in every string column, whatever it is called.

@@ -36,8 +36,8 @@ import pyarrow as pa
 from memory_core.embed import Embedder
 from memory_core.errors import MemoryCoreError, MemoryUnavailable, StoreError
 from memory_core.models import canonical_json, stable_id
-from memory_core.stages.ingest import _episode_rows
-from memory_core.stages.ingest_fast import process_chunk
+from memory_core.stages.ingest.blocks import process_chunk
+from memory_core.stages.ingest.stage import _episode_rows
 from memory_core.stores.lance import LanceStore, sql_quote
 
 __all__ = ["AuditSpool", "SaveRefused", "SaveResult", "episode_id_for", "save_episodes"]

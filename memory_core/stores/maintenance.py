@@ -13,7 +13,7 @@ anything is written.
 A big vector index is never built in a nightly run (a full IVF_PQ build on 1M x 384-d did
 not finish in 19 minutes here; an IVF_PQ on 90k rows took 276 s): ``optimize_indices`` only
 folds new rows into the existing indices. The first vector index is the read path's
-(``memory_core.read.indexes``); ``stages/maintain.py`` asks it for one only below
+(``memory_core.read.indexes``); ``stages/forget/maintain.py`` asks it for one only below
 ``forget.vector_index_max_build_rows``.
 """
 

@@ -24,8 +24,8 @@ from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder
 from memory_core.errors import EpisodeConflict, FieldError, ValidationFailed
-from memory_core.stages.ingest import _write_quarantine, ingest_records
-from memory_core.stages.ingest_fast import exact_line
+from memory_core.stages.ingest.blocks import exact_line
+from memory_core.stages.ingest.stage import _write_quarantine, ingest_records
 from memory_core.stores import Stores
 from memory_core.transcripts import Adapted, TranscriptError, TranscriptFormat, adapt_line
 

@@ -9,9 +9,8 @@ from flows.nightly import run_nightly
 from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.recall import Recaller
-from memory_core.stages.decisions import ReviewRequest
 from memory_core.stages.ingest import ingest_records
-from memory_core.stages.review import decide_batch
+from memory_core.stages.review import ReviewRequest, decide_batch
 from memory_core.stages.staleness.source_file import update_sources
 from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows

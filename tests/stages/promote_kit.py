@@ -13,10 +13,14 @@ from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.models import CandidateStatus
 from memory_core.stages.cluster import cluster_partition
-from memory_core.stages.decisions import ReviewRequest
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
-from memory_core.stages.review import DecisionResult, build_review_batches, decide_batch
+from memory_core.stages.review import (
+    DecisionResult,
+    ReviewRequest,
+    build_review_batches,
+    decide_batch,
+)
 from memory_core.stages.score import score_candidates
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.candidates import list_candidates

@@ -8,7 +8,7 @@ from typing import Any
 
 from memory_core.config import ClaimsConfig
 from memory_core.models import Authority, CandidateStatus
-from memory_core.stages.claims import aggregate_claims, claim_candidate_id
+from memory_core.stages.mine.claims import aggregate_claims, claim_candidate_id
 
 CONFIG = ClaimsConfig()
 

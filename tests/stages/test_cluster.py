@@ -9,7 +9,7 @@ import numpy as np
 
 from memory_core.config import ClusterConfig
 from memory_core.stages.cluster import list_clusters
-from memory_core.stages.cluster_leader import LeaderState, assign, merge_provisional, unit_rows
+from memory_core.stages.cluster.leader import LeaderState, assign, merge_provisional, unit_rows
 from memory_core.stores.clusters import load_partition_members
 
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from memory_core.config import PolicyConfig
-from memory_core.stages.counterexamples import (
+from memory_core.stages.mine.counterexamples import (
     find_separator,
     mine_cluster,
     wilson_lower_bound,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from memory_core.context import RunContext
-from memory_core.stages.digest_summary import (
+from memory_core.stages.compact.digest_summary import (
     PROMPT_VERSION,
     SUMMARY_MARK,
     summarize_digests,

@@ -6,8 +6,8 @@ import json
 from datetime import timedelta
 
 from memory_core.context import RunContext
-from memory_core.stages.expire import fold_access_log
 from memory_core.stages.forget import end_purpose, run_forgetting
+from memory_core.stages.forget.expire import fold_access_log
 
 
 def _statuses(mem) -> dict[str, str]:

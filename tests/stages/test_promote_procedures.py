@@ -8,8 +8,8 @@ from promote_kit import at, consolidate, statuses
 from memory_core.context import RunContext
 from memory_core.errors import InvalidReview
 from memory_core.models import Authority, CandidateStatus
-from memory_core.stages.decisions import AUTO_REVIEWER, ItemEdit, ReviewRequest
 from memory_core.stages.review import build_review_batches, decide_batch
+from memory_core.stages.review.decisions import AUTO_REVIEWER, ItemEdit, ReviewRequest
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.facts import list_rows
 from memory_core.stores.lineage import derived_from, sources_of

@@ -22,8 +22,7 @@ from memory_core.models import (
     Provenance,
     stable_id,
 )
-from memory_core.stages.decisions import ReviewRequest
-from memory_core.stages.review import build_review_batches, decide_batch
+from memory_core.stages.review import ReviewRequest, build_review_batches, decide_batch
 from memory_core.stores.candidates import upsert_candidates
 from memory_core.stores.facts import list_rows
 from memory_core.stores.lineage import sources_of

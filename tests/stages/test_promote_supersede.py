@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memory_core.models import Authority
-from memory_core.stages.promote import _Plan
-from memory_core.stages.supersede import (
+from memory_core.stages.promote.stage import _Plan
+from memory_core.stages.promote.supersede import (
     Verdict,
     fact_key,
     next_version,

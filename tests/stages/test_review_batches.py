@@ -12,9 +12,13 @@ from promote_kit import at, consolidate, review_all, statuses, user_says
 from memory_core.context import RunContext
 from memory_core.errors import InvalidReview, NotFound, ReviewClosed
 from memory_core.models import CandidateStatus
-from memory_core.stages.decisions import AUTO_REVIEWER, ItemEdit, ReviewRequest
-from memory_core.stages.review import build_review_batches, decide_batch
-from memory_core.stages.review_summary import batch_summary, summary_markdown
+from memory_core.stages.review import (
+    batch_summary,
+    build_review_batches,
+    decide_batch,
+    summary_markdown,
+)
+from memory_core.stages.review.decisions import AUTO_REVIEWER, ItemEdit, ReviewRequest
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_items, list_batches

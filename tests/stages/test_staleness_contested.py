@@ -8,8 +8,7 @@ from promote_kit import at, consolidate, review_all, user_says
 
 from memory_core.context import RunContext
 from memory_core.recall import Recaller
-from memory_core.stages.decisions import ReviewRequest
-from memory_core.stages.review import decide_batch
+from memory_core.stages.review import ReviewRequest, decide_batch
 from memory_core.stages.staleness import run_staleness
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import list_batches

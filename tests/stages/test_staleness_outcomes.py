@@ -11,9 +11,8 @@ from memory_core.context import RunContext
 from memory_core.models import CandidateStatus
 from memory_core.read.canary import in_canary
 from memory_core.recall import Recaller
-from memory_core.stages.decisions import ItemEdit, ReviewRequest
 from memory_core.stages.promote import commit_candidates
-from memory_core.stages.review import build_review_batches, decide_batch
+from memory_core.stages.review import ItemEdit, ReviewRequest, build_review_batches, decide_batch
 from memory_core.stages.staleness import run_staleness
 from memory_core.stages.staleness.common import wilson_upper
 from memory_core.stores.candidates import list_candidates

@@ -14,8 +14,7 @@ from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.errors import ValidationFailed
 from memory_core.recall import Recaller
-from memory_core.stages.decisions import ReviewRequest
-from memory_core.stages.review import decide_batch
+from memory_core.stages.review import ReviewRequest, decide_batch
 from memory_core.stages.staleness import run_staleness
 from memory_core.stages.staleness.source_file import update_sources
 from memory_core.stores import open_stores

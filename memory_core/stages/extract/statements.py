@@ -25,8 +25,8 @@ from typing import Any
 
 from memory_core.config import ExtractConfig
 from memory_core.context import Partition
-from memory_core.stages.claims import Statement
 from memory_core.stages.extract.rules import norm
+from memory_core.stages.mine.claims import Statement
 from memory_core.stores import Stores
 from memory_core.stores.extract import extracted_facts
 from memory_core.stores.lance import sql_quote

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from memory_core.context import RunContext
 from memory_core.models import stable_id
-from memory_core.stages.supersede import procedure_key, row_hash, superseded_version
+from memory_core.stages.promote.supersede import procedure_key, row_hash, superseded_version
 from memory_core.stores import Stores
 from memory_core.stores.facts import rows_by_ids, write_versions
 from memory_core.stores.lineage import Edge, add_edges
 from memory_core.stores.sources import CanaryRow, upsert_canary
 
 if TYPE_CHECKING:
-    from memory_core.stages.promote import _Plan
+    from memory_core.stages.promote.stage import _Plan
 
 __all__ = ["hold_back", "promote_canary", "register_canary", "unused_version"]
 

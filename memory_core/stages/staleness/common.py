@@ -15,8 +15,8 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import stable_id
-from memory_core.stages.counterexamples import wilson_upper_bound as wilson_upper
-from memory_core.stages.supersede import row_hash
+from memory_core.stages.mine.counterexamples import wilson_upper_bound as wilson_upper
+from memory_core.stages.promote.supersede import row_hash
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.facts import MemoryTable, write_versions

@@ -8,7 +8,7 @@ was, and not among its sources, are new) or a reviewer settled them before
 
 * Evidence that meets the bar to supersede (an explicit change, or at least
   ``claims.min_statements`` statements of the new object) is left to the claims and promotion
-  path, which supersedes the fact as before (``stages/supersede.py``).
+  path, which supersedes the fact as before (``stages/promote/supersede.py``).
 * Weaker evidence (a single statement, no explicit change) demotes the fact to ``contested``:
   still served, with a conflict marker, and queued in a ``settle`` review batch. The reviewer
   keeps the fact (active again) or overturns it (revoked through lineage); either is audited.
@@ -28,14 +28,14 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import Authority
-from memory_core.stages.claims import _markers
+from memory_core.stages.mine.claims import _markers
+from memory_core.stages.promote.supersede import normalise
 from memory_core.stages.staleness.common import (
     current_rows,
     queue_batches,
     set_fields,
     with_vectors,
 )
-from memory_core.stages.supersede import normalise
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.facts import ts_literal

@@ -30,9 +30,9 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import stable_id
+from memory_core.stages.promote.supersede import normalise, row_hash, superseded_version
 from memory_core.stages.staleness.canary import promote_canary, register_canary
 from memory_core.stages.staleness.common import current_rows, queue_batches, wilson_upper
-from memory_core.stages.supersede import normalise, row_hash, superseded_version
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.facts import rows_by_ids, write_versions

@@ -24,7 +24,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
-from memory_core.stages.revoke import _policy_failure, revoke_source
+from memory_core.stages.forget.revoke import _policy_failure, revoke_source
 from memory_core.stages.staleness.common import (
     current_rows,
     queue_batches,

@@ -29,9 +29,9 @@ from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.errors import InvalidReview
 from memory_core.models import stable_id
-from memory_core.stages.decisions import ReviewRequest
-from memory_core.stages.review import DecisionResult, _validate
-from memory_core.stages.revoke import revoke_source
+from memory_core.stages.forget.revoke import revoke_source
+from memory_core.stages.review.decisions import ReviewRequest
+from memory_core.stages.review.stage import DecisionResult, _validate
 from memory_core.stages.staleness.common import REVIEW_KINDS, current_rows, set_fields
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt

@@ -243,7 +243,7 @@ def test_without_key_or_replay_the_stage_is_skipped_and_says_so(
 def test_forgetting_a_subject_reaches_extracted_facts_and_cached_answers(
     stores: Stores, settings: Settings
 ) -> None:
-    from memory_core.stages.delete_subject import Target, forget
+    from memory_core.stages.forget.user_deletion import Target, forget
 
     ingest(stores, settings, conversation())
     run(stores, settings, fake_api())

@@ -48,15 +48,15 @@ from memory_core.models import (
     Provenance,
     stable_id,
 )
-from memory_core.stages.claims import aggregate_claims
-from memory_core.stages.counterexamples import (
+from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
+from memory_core.stages.mine.claims import aggregate_claims
+from memory_core.stages.mine.counterexamples import (
     PatternFinding,
     format_conditions,
     mine_cluster,
     policy_failures,
     wilson_lower_bound,
 )
-from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
 from memory_core.step_abstract import AbstractStep, abstract_steps, policy_steps
 from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store

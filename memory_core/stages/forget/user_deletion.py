@@ -33,10 +33,10 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder
-from memory_core.stages.cluster import _error_code, _label
-from memory_core.stages.cluster_leader import episode_features, unit_rows
-from memory_core.stages.expire import access_log_dir, text_hashes_of
-from memory_core.stages.revoke import remove_sources
+from memory_core.stages.cluster.leader import episode_features, unit_rows
+from memory_core.stages.cluster.stage import _error_code, _label
+from memory_core.stages.forget.expire import access_log_dir, text_hashes_of
+from memory_core.stages.forget.revoke import remove_sources
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import record_audit, store_receipt

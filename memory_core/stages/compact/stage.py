@@ -330,7 +330,7 @@ def compact_episodes(
             add_edges(con, edges, now=ctx.now)
         crash_point("compact.lineage_written")
     if chosen:
-        from memory_core.stages.expire import delete_records
+        from memory_core.stages.forget.expire import delete_records
 
         deleted = delete_records(stores, "episodes", chosen, ctx=ctx)
         result.deleted_ids = deleted.ids

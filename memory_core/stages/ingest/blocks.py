@@ -49,7 +49,7 @@ from pydantic import BaseModel, ValidationError
 
 from memory_core.errors import FieldError
 from memory_core.models import Authority, Episode, SourceRole, canonical_json
-from memory_core.stages.redact import Redactor, might_hold_secret, redact_text
+from memory_core.stages.ingest.redact import Redactor, might_hold_secret, redact_text
 from memory_core.steps import encode_step
 from memory_core.stores.schemas import TS
 

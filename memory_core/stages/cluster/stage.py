@@ -2,7 +2,7 @@
 
 Why this shape
 --------------
-Mining (``counterexamples.py``) compares the successes of an action pattern with the failures
+Mining (``mine/counterexamples.py``) compares the successes of an action pattern with the failures
 of the same pattern *within one cluster*, so a cluster must hold one recurring problem and,
 ideally, all of it: successes and failures tell different stories in their text, yet they
 must land together.
@@ -23,7 +23,7 @@ nearest one wins; ties go to the older cluster). The rest run a sequential leade
 against the clusters seeded earlier in the same chunk, seeding a new cluster when none is
 close enough. A leader pass depends on which episodes come first, so the clusters seeded in
 this run are then folded into their nearest neighbour (same key) while their centroids lie
-within reach (``cluster_leader.merge_provisional``); clusters from earlier runs never merge
+within reach (``leader.merge_provisional``); clusters from earlier runs never merge
 with each other, so existing members stay where they are. Centroids are running means,
 renormalised; a stored unit centroid stands in for ``size`` members. No randomness is used,
 so ``config.seed`` has nothing to seed: the result depends only on input and configuration.
@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 from memory_core.config import ClusterConfig, StepsConfig
 from memory_core.context import Partition, RunContext
 from memory_core.models import stable_id
-from memory_core.stages.cluster_leader import (
+from memory_core.stages.cluster.leader import (
     GOAL_DIM,
     STEPS_DIM,
     LeaderState,
@@ -67,7 +67,7 @@ from memory_core.stages.cluster_leader import (
     seeds,
     steps_block,
 )
-from memory_core.stages.cluster_select import Choice, choose, sample_rows
+from memory_core.stages.cluster.selection import Choice, choose, sample_rows
 from memory_core.step_abstract import is_read_only, step_signature
 from memory_core.steps import ToolCall, as_step
 from memory_core.stores import MetaStore, Stores
@@ -346,7 +346,7 @@ def cluster_partition(
     """Place the partition's unclustered episodes (or all of them, with ``recluster``).
 
     A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
-    its parameters (``cluster_select``) and records the choice; incremental runs reuse it.
+    its parameters (``selection``) and records the choice; incremental runs reuse it.
     """
     steps = steps if steps is not None else StepsConfig()
     table, skipped = _load_episodes(stores, partition)

@@ -14,7 +14,7 @@ one float32 vector array per block), not by the input text or Python objects:
 
 1. validate: the file is read in blocks of ``CHUNK_BYTES`` (``ingest_records`` takes
    ``CHUNK_LINES`` lines at a time); each is cut, parsed, validated and gated by
-   ``ingest_fast.process_block`` / ``process_chunk`` and kept as Arrow columns plus one
+   ``blocks.process_block`` / ``process_chunk`` and kept as Arrow columns plus one
    float32 vector array. Every bad line of the whole input is known before anything is
    written. The cyclic GC is paused meanwhile (``_gc_paused``).
 2. write: conflicts (within the input and against the store) and re-ingested episodes are
@@ -49,14 +49,14 @@ from memory_core.context import RunContext
 from memory_core.embed import Embedder, text_hash
 from memory_core.errors import EmbedderMismatch, EpisodeConflict, FieldError, ValidationFailed
 from memory_core.models import Episode, content_hash
-from memory_core.stages.ingest_fast import (
+from memory_core.stages.ingest.blocks import (
     Chunk,
     VectorParser,
     exact_line,
     process_block,
     process_chunk,
 )
-from memory_core.stages.redact import redact_text
+from memory_core.stages.ingest.redact import redact_text
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
 from memory_core.stores.embed_cache import cached_vectors, store_vectors
@@ -112,7 +112,7 @@ def parse_lines(lines: Iterable[str], *, dim: int | None = None) -> _Parsed:
     """Validate each non-blank line; collect every error with its line number and field.
 
     The exact path, one pydantic validation per whole line (ingest itself goes through
-    ``ingest_fast.process_chunk``, which falls back to this for any line it cannot cut).
+    ``blocks.process_chunk``, which falls back to this for any line it cannot cut).
     """
     good: list[tuple[int, Episode]] = []
     errors: list[FieldError] = []

@@ -7,12 +7,12 @@
 * ``end_purpose`` -- ``memctl forget --purpose P``: records stored for P stop being served
   now and follow the grace period to deletion; later rows with P expire on the next pass.
 * ``forget_subject`` / ``forget_episode`` -- user deletion with version purge, verification
-  and a receipt (``delete_subject.py``); ``request_deletion`` queues one for the
+  and a receipt (``user_deletion.py``); ``request_deletion`` queues one for the
   ``deletion-requests`` flow, which calls ``process_deletion_requests``.
 * ``revoke_source`` -- revocation through lineage (``revoke.py``).
 
-Modules: ``expire.py`` (rules, access log), ``compact.py`` (digests), ``revoke.py`` (lineage
-walk and policy re-checks), ``delete_subject.py`` (user deletion), ``maintain.py`` (Lance).
+Modules: ``expire.py`` (rules, access log), ``compact/stage.py`` (digests), ``revoke.py`` (lineage
+walk and policy re-checks), ``user_deletion.py`` (user deletion), ``maintain.py`` (Lance).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from memory_core.context import RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import NotFound
-from memory_core.stages.compact import compact_episodes
-from memory_core.stages.delete_subject import Target, forget
-from memory_core.stages.digest_summary import summarize_digests
-from memory_core.stages.expire import expire_records, fold_access_log
-from memory_core.stages.maintain import maintain_tables
-from memory_core.stages.revoke import revoke_source
+from memory_core.stages.compact.digest_summary import summarize_digests
+from memory_core.stages.compact.stage import compact_episodes
+from memory_core.stages.forget.expire import expire_records, fold_access_log
+from memory_core.stages.forget.maintain import maintain_tables
+from memory_core.stages.forget.revoke import revoke_source
+from memory_core.stages.forget.user_deletion import Target, forget
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import record_audit, store_receipt

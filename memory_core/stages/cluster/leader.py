@@ -1,7 +1,7 @@
 """Leader clustering on numpy: the pure, vectorised core of the cluster stage.
 
-Kept apart from ``cluster.py`` (which does the I/O and id bookkeeping) so the algorithm can be
-read, tested and benchmarked on plain arrays. See ``cluster.py`` for why the features and the
+Kept apart from ``stage.py`` (which does the I/O and id bookkeeping) so the algorithm can be
+read, tested and benchmarked on plain arrays. See ``stage.py`` for why the features and the
 distance are what they are.
 """
 

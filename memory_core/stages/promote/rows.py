@@ -16,14 +16,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memory_core.models import Candidate, Status, canonical_json, stable_id
-from memory_core.stages.gate import GateResult
-from memory_core.stages.supersede import normalise, row_hash
+from memory_core.stages.promote.commit_gate import GateResult
+from memory_core.stages.promote.supersede import normalise, row_hash
 from memory_core.stores.facts import episodes_by_ids, existing_ids
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lineage import Edge
 
 if TYPE_CHECKING:
-    from memory_core.stages.promote import _Plan
+    from memory_core.stages.promote.stage import _Plan
 
 __all__ = ["evidence_episodes", "fact_row", "lineage_for", "procedure_row"]
 

@@ -33,7 +33,8 @@ from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import InvalidReview, NotFound, ReviewClosed
 from memory_core.models import Candidate, CandidateKind, CandidateStatus, stable_id
-from memory_core.stages.decisions import (
+from memory_core.stages.promote.stage import CommitResult, commit_candidates
+from memory_core.stages.review.decisions import (
     AUTO_REVIEWER,
     EditError,
     ItemEdit,
@@ -41,7 +42,6 @@ from memory_core.stages.decisions import (
     apply_edit,
     is_twin,
 )
-from memory_core.stages.promote import CommitResult, commit_candidates
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.candidates import list_candidates

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.config import ClusterConfig
-from memory_core.stages.cluster_leader import LeaderState, assign, merge_provisional
+from memory_core.stages.cluster.leader import LeaderState, assign, merge_provisional
 
 __all__ = ["Choice", "choose", "grid", "mean_silhouette", "sample_rows"]
 

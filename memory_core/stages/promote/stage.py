@@ -35,17 +35,15 @@ from memory_core.models import (
     ClaimSpec,
     stable_id,
 )
-from memory_core.stages.counterexamples import format_conditions
-from memory_core.stages.decisions import is_twin
-from memory_core.stages.gate import GateResult, check_candidate
-from memory_core.stages.promote_rows import (
+from memory_core.stages.mine.counterexamples import format_conditions
+from memory_core.stages.promote.commit_gate import GateResult, check_candidate
+from memory_core.stages.promote.rows import (
     evidence_episodes,
     fact_row,
     lineage_for,
     procedure_row,
 )
-from memory_core.stages.staleness.canary import unused_version
-from memory_core.stages.supersede import (
+from memory_core.stages.promote.supersede import (
     Resolution,
     Verdict,
     fact_key,
@@ -55,6 +53,8 @@ from memory_core.stages.supersede import (
     row_hash,
     superseded_version,
 )
+from memory_core.stages.review.decisions import is_twin
+from memory_core.stages.staleness.canary import unused_version
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.facts import current_rows, existing_ids, write_versions

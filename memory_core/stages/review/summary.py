@@ -17,9 +17,9 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import NotFound
 from memory_core.models import Candidate, CandidateKind
-from memory_core.stages.counterexamples import format_conditions
-from memory_core.stages.promote import preview_candidates
-from memory_core.stages.promote_rows import evidence_episodes
+from memory_core.stages.mine.counterexamples import format_conditions
+from memory_core.stages.promote.rows import evidence_episodes
+from memory_core.stages.promote.stage import preview_candidates
 from memory_core.stores import Stores
 from memory_core.stores.candidates import get_candidates
 from memory_core.stores.review import get_batch, get_items, twins_of

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory_core.models import Authority, Candidate, CandidateKind
-from memory_core.stages.decisions import AUTO_REVIEWER, is_twin
-from memory_core.stages.supersede import normalise
+from memory_core.stages.promote.supersede import normalise
+from memory_core.stages.review.decisions import AUTO_REVIEWER, is_twin
 
 __all__ = ["GateResult", "check_candidate"]
 

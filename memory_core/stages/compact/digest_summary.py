@@ -35,7 +35,7 @@ import pyarrow as pa
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import content_hash
-from memory_core.stages.compact import render_digest_text
+from memory_core.stages.compact.stage import render_digest_text
 from memory_core.stages.score.anthropic_scorer import build_client
 from memory_core.stages.score.batches import BatchOutcome, BatchRunner, PollResult
 from memory_core.stages.score.results import Usage

@@ -40,7 +40,7 @@ from memory_core.context import RunContext
 from memory_core.embed import Embedder, make_embedder
 from memory_core.errors import NotFound
 from memory_core.models import Candidate, CandidateKind, CandidateStatus
-from memory_core.stages.compact import drop_digest_sources
+from memory_core.stages.compact.stage import drop_digest_sources
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import record_audit, store_receipt

@@ -35,7 +35,7 @@ from memory_core.config import MemoryClass, Settings
 from memory_core.context import RunContext
 from memory_core.embed import text_hash
 from memory_core.models import Episode
-from memory_core.stages.compact import lance_ts
+from memory_core.stages.compact.stage import lance_ts
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.lance import sql_quote
