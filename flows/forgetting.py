@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.privacy import prefect_store
 from flows.runners import task_runner
 from memory_core.config import Settings
 from memory_core.context import RunContext
@@ -108,7 +109,8 @@ def deletion_task(*, settings_data: dict[str, Any], request_id: str, now_iso: st
         episode_id=request.target if request.kind == "episode" else None,
         tenant_id=request.tenant_id,
     )
-    return forget(stores, settings, ctx, target, request_id=request_id)
+    return forget(stores, settings, ctx, target, request_id=request_id,
+                  orchestrator=prefect_store(settings.home))  # fmt: skip
 
 
 @flow(name="forgetting", log_prints=False)

@@ -7,7 +7,7 @@ names a forgotten subject or episode only by hash.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +20,7 @@ from memory_core.cli_support import (
     emit,
     open_all,
     parse_now,
+    prefect_env,
     settings_for,
 )
 from memory_core.context import RunContext
@@ -66,15 +67,27 @@ def forget(
         emit({"request_id": request_id, "status": "pending", "kind": kind}, fmt)
         return
     embedder = None  # built by the stage only if a digest must be re-embedded
+    orchestrator = _orchestrator(settings)
     if kind == "subject":
         receipt = stage.forget_subject(
-            stores, settings, ctx, target, tenant_id=tenant, embedder=embedder
-        )
+            stores, settings, ctx, target, tenant_id=tenant, embedder=embedder,
+            orchestrator=orchestrator,
+        )  # fmt: skip
     else:
         receipt = stage.forget_episode(
-            stores, settings, ctx, target, tenant_id=tenant, embedder=embedder
-        )
+            stores, settings, ctx, target, tenant_id=tenant, embedder=embedder,
+            orchestrator=orchestrator,
+        )  # fmt: skip
     emit(receipt, fmt)
+
+
+def _orchestrator(settings: Any) -> Any:
+    """Prefect's copies are forgotten too (flows/privacy.py): through its API when one is
+    configured, and in the home's own Prefect database and result files."""
+    prefect_env(settings)
+    from flows.privacy import prefect_store
+
+    return prefect_store(settings.home)
 
 
 def revoke(

@@ -27,6 +27,7 @@ __all__ = [
     "home_files",
     "scan_home",
     "scrub_product_inputs",
+    "spellings",
 ]
 
 _ID_BYTES = rb"A-Za-z0-9_.@\-"
@@ -64,17 +65,27 @@ class Needles:
         bytes turn up by chance in binary pages (vectors), a quoted six do not."""
         out = []
         for name in self.names:
-            for spelling in sorted({name, json.dumps(name)[1:-1]}):
+            for spelling in spellings(name):
                 raw = spelling.encode()
                 if len(raw) < _MIN_FREE_NAME:
-                    out.append(re.compile(re.escape(b'"' + raw + b'"')))
+                    quoted = rb'\\*"' + re.escape(raw) + rb'\\*"'  # "u1", \"u1\" in JSON in JSON
+                    out.append(re.compile(quoted))
                 else:
                     out.append(re.compile(_NOT_ID_BEFORE + re.escape(raw) + _NOT_ID_AFTER))
         return out
 
     def _plain(self) -> list[bytes]:
         """Ids long enough not to occur by chance (generated ids are), and the texts."""
-        return [x.encode() for x in (*self.ids, *self.texts) if len(x.encode()) >= _MIN_ID]
+        return [
+            s.encode()
+            for x in (*self.ids, *self.texts)
+            if len(x.encode()) >= _MIN_ID
+            for s in spellings(x)
+        ]
+
+    def plain_strings(self) -> list[str]:
+        """Every spelling of every needle, for a coarse substring prefilter."""
+        return sorted({s for x in (*self.names, *self.ids, *self.texts) for s in spellings(x)})
 
     def found_in(self, text: str | bytes) -> list[str]:
         """Which kinds of needle (``name``, ``id``, ``text``) ``text`` holds."""
@@ -82,11 +93,26 @@ class Needles:
         kinds = []
         if any(p.search(blob) for p in self._name_patterns()):
             kinds.append("name")
-        if any(i.encode() in blob for i in self.ids if len(i.encode()) >= _MIN_ID):
+        if any(s.encode() in blob for i in self.ids if len(i.encode()) >= _MIN_ID
+               for s in spellings(i)):  # fmt: skip
             kinds.append("id")
-        if any(t.encode() in blob for t in self.texts):
+        if any(s.encode() in blob for t in self.texts for s in spellings(t)):
             kinds.append("text")
         return kinds
+
+
+def spellings(value: str) -> list[str]:
+    """``value`` as stored, as a JSON string body (ASCII-escaped or not), and as the body of
+    a JSON string that itself holds JSON (an artifact's data, a form's value)."""
+
+    def body(x: str, *, ascii_only: bool) -> str:
+        return json.dumps(x, ensure_ascii=ascii_only)[1:-1]
+
+    out = {value}
+    for ascii_only in (True, False):
+        once = body(value, ascii_only=ascii_only)
+        out |= {once, body(once, ascii_only=ascii_only)}
+    return sorted(out)
 
 
 class Orchestrator(Protocol):
@@ -148,26 +174,33 @@ def _names_subject(item: Any, subject_id: str, tenant_id: str | None) -> bool:
     )
 
 
-def _without(value: Any, subject_id: str, tenant_id: str | None) -> Any:
+def _without(value: Any, gone: frozenset[str], subject_id: str, tenant_id: str | None) -> Any:
     if isinstance(value, list):
         return [
-            _without(v, subject_id, tenant_id)
+            _without(v, gone, subject_id, tenant_id)
             for v in value
-            if v != subject_id and not _names_subject(v, subject_id, tenant_id)
+            if not (isinstance(v, str) and v in gone)
+            and not _names_subject(v, subject_id, tenant_id)
+            and not (isinstance(v, dict) and v.get("episode_id") in gone)
         ]
     if isinstance(value, dict):
-        return {k: _without(v, subject_id, tenant_id) for k, v in value.items()}
+        return {
+            k: _without(v, gone, subject_id, tenant_id) for k, v in value.items() if k not in gone
+        }
     return value
 
 
-def scrub_product_inputs(home: Path, subject_id: str, tenant_id: str | None) -> dict[str, int]:
+def scrub_product_inputs(
+    home: Path, subject_id: str, tenant_id: str | None, record_ids: Iterable[str] = ()
+) -> dict[str, int]:
     """Take the subject out of the input copies the product wrote; {relative path: items}.
 
     JSON lines naming the subject (or, unparseable, naming it in their text) are dropped; in
-    JSON documents the subject's id leaves every list and its records leave every list.
-    Files a user put under the home are not touched: the home scan reports them.
+    JSON documents the subject's id and its record ids leave every list, and so do its
+    records. Files a user put under the home are not touched: the home scan reports them.
     """
-    needles = Needles.of([subject_id])
+    gone = frozenset([subject_id, *record_ids])
+    needles = Needles.of([subject_id], gone)
     changed: dict[str, int] = {}
     for folder in PRODUCT_INPUT_DIRS:
         for path in sorted((home / folder).glob("*.json*")):
@@ -178,16 +211,16 @@ def scrub_product_inputs(home: Path, subject_id: str, tenant_id: str | None) -> 
                 kept, dropped = [], 0
                 for line in raw.decode("utf-8", errors="replace").splitlines():
                     try:
-                        gone = _names_subject(json.loads(line), subject_id, tenant_id)
+                        naming = _names_subject(json.loads(line), subject_id, tenant_id)
                     except ValueError:
-                        gone = bool(needles.found_in(line))
-                    dropped += gone
-                    if not gone:
+                        naming = bool(needles.found_in(line))
+                    dropped += naming
+                    if not naming:
                         kept.append(line)
                 text = "".join(k + "\n" for k in kept)
             else:
                 doc = json.loads(raw)
-                text = json.dumps(_without(doc, subject_id, tenant_id), indent=2) + "\n"
+                text = json.dumps(_without(doc, gone, subject_id, tenant_id), indent=2) + "\n"
                 dropped = 1
             tmp = path.with_suffix(path.suffix + ".scrub")
             tmp.write_text(text, encoding="utf-8")

@@ -37,6 +37,7 @@ from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
+from memory_core.stores.residue import Orchestrator
 from memory_core.stores.schemas import TABLES
 
 __all__ = [
@@ -87,6 +88,8 @@ def run_forgetting(
     if summaries.applied:
         changed.add("digests")
     maintenance = maintain_tables(stores, settings, sorted(changed)) if maintain else []
+    # hard-deleted control-plane rows stay in DuckDB's freed blocks until the file is rewritten
+    rewrite_s = stores.meta.rewrite() if expired.deleted or compacted.deleted_ids else None
     t4 = time.perf_counter()
     receipt = {
         "receipt_id": f"rcpt_{uuid.uuid4().hex[:20]}",
@@ -98,6 +101,7 @@ def run_forgetting(
         "digest_summaries": summaries.as_dict(),
         **expired.as_dict(),
         "maintenance": maintenance,
+        "meta_file_rewrite_s": None if rewrite_s is None else round(rewrite_s, 3),
         "changed_tables": sorted(changed),
         "seconds": {
             "access_log": round(t1 - t0, 3),
@@ -180,6 +184,7 @@ def process_deletion_requests(
     *,
     embedder: Embedder | None = None,
     limit: int = 100,
+    orchestrator: Orchestrator | None = None,
 ) -> list[dict[str, Any]]:
     """Carry out queued user deletions, oldest first; one receipt each."""
     receipts = []
@@ -188,7 +193,7 @@ def process_deletion_requests(
             continue
         receipts.append(
             forget(stores, settings, ctx, _target(request), embedder=embedder,
-                   request_id=request.request_id)
+                   request_id=request.request_id, orchestrator=orchestrator)
         )  # fmt: skip
     return receipts
 
@@ -201,13 +206,15 @@ def forget_subject(
     *,
     tenant_id: str | None = None,
     embedder: Embedder | None = None,
+    orchestrator: Orchestrator | None = None,
 ) -> dict[str, Any]:
     """Delete a subject everywhere now (queued and carried out at once); the receipt."""
     request_id = request_deletion(
         stores, ctx, kind="subject", target=subject_id, tenant_id=tenant_id
     )
     target = Target(subject_id=subject_id, tenant_id=tenant_id)
-    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id)
+    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id,
+                  orchestrator=orchestrator)  # fmt: skip
 
 
 def forget_episode(
@@ -218,6 +225,7 @@ def forget_episode(
     *,
     tenant_id: str | None = None,
     embedder: Embedder | None = None,
+    orchestrator: Orchestrator | None = None,
 ) -> dict[str, Any]:
     """Delete one episode everywhere (and take it out of what was derived from it)."""
     where = f"episode_id = {sql_quote(episode_id)}"
@@ -228,4 +236,5 @@ def forget_episode(
         stores, ctx, kind="episode", target=episode_id, tenant_id=tenant_id
     )
     target = Target(episode_id=episode_id, tenant_id=tenant_id)
-    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id)
+    return forget(stores, settings, ctx, target, embedder=embedder, request_id=request_id,
+                  orchestrator=orchestrator)  # fmt: skip

@@ -247,7 +247,7 @@ def forget(
         lance_deleted[name] = len(ids)
     log_lines = _scrub_access_log(settings, target, set(record_ids))
     inputs = (
-        scrub_product_inputs(settings.home, target.subject_id, target.tenant_id)
+        scrub_product_inputs(settings.home, target.subject_id, target.tenant_id, record_ids)
         if target.subject_id is not None
         else {}
     )
