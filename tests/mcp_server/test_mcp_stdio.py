@@ -71,10 +71,24 @@ def test_lists_six_tools_with_schemas_and_annotations(demo):
 
     async def run():
         async with stdio_session(home, "--tenant", DEMO_TENANT, "--now", now) as s:
-            return (await s.list_tools()).tools
+            tools = (await s.list_tools()).tools
+            templates = (await s.list_resource_templates()).resource_templates
+            facts = await s.read_resource("memory://facts/it-support")
+            procedures = await s.read_resource("memory://procedures/it-support")
+            return tools, templates, facts, procedures
 
-    tools = {t.name: t for t in anyio.run(run)}
+    listed, templates, facts, procedures = anyio.run(run)
+    tools = {t.name: t for t in listed}
     assert set(tools) == TOOLS
+    assert {t.uri_template for t in templates} == {
+        "memory://facts/{namespace}",
+        "memory://procedures/{namespace}",
+    }
+    fact_rows = json.loads(facts.contents[0].text)
+    assert fact_rows and all(r["tenant_id"] == DEMO_TENANT for r in fact_rows)
+    assert all(r["subject_id"] is None for r in fact_rows)  # unbound: tenant scope only
+    # without a state, only procedures with no preconditions apply (none in the demo)
+    assert json.loads(procedures.contents[0].text) == []
     recall = tools["memory_recall"]
     assert recall.input_schema["required"] == ["query"]
     assert "tenant_id" not in recall.input_schema["properties"]  # never an argument
@@ -264,6 +278,14 @@ def test_save_is_tentative_gated_and_marked(demo_copy):
     assert "already saved with other content" in error_text(clash)
     settings = load_settings(home=home)
     stores = open_stores(settings)
+    with stores.meta.connect() as con:  # written when the server stopped, counts only
+        audit = con.execute(
+            "SELECT actor, tenant_id, counts, target FROM audit_log WHERE action = 'mcp_save'"
+        ).fetchall()
+    assert [(a, t, g) for a, t, _, g in audit] == [("mcp:stdio", DEMO_TENANT, "mcp")]
+    counts = json.loads(audit[0][2])
+    assert (counts["saves"], counts["inserted"], counts["unchanged"]) == (4, 7, 2)
+    assert counts["redactions"] >= 1
     ids = ", ".join(f"'{i}'" for i in first["episode_ids"] + tools_run["episode_ids"])
     rows = {
         r["episode_id"]: r
