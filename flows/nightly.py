@@ -28,6 +28,7 @@ from memory_core.stages.mine import mine_partition
 from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.candidates import list_candidates
+from memory_core.stores.extract import fact_digests
 from memory_core.stores.ledger import (
     finish_run,
     ledger_has,
@@ -58,6 +59,7 @@ def _config_key(settings: Settings, *, recluster: bool) -> str:
             settings.cluster.model_dump(),
             settings.policy.model_dump(),
             settings.claims.model_dump(),
+            settings.extract.model_dump(),
             recluster,
         ]
     )
@@ -125,6 +127,16 @@ def consolidate_partition(
     return result
 
 
+@task(name="extract-facts", cache_policy=NO_CACHE)
+def extract_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
+    """Facts from raw conversations: Claude in batch, a replay, or skipped (and said so)."""
+    from memory_core.stages.extract import extract_facts
+
+    settings, stores = _stores(settings_data)
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    return extract_facts(stores, settings, ctx).as_dict()
+
+
 @task(name="score-candidates", cache_policy=NO_CACHE)
 def score_task(
     *, settings_data: dict[str, Any], run_id: str, now_iso: str, sync: bool
@@ -157,12 +169,23 @@ def staleness_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) 
     return run_staleness(stores, settings, ctx)
 
 
+def _extract_line(extract: dict[str, Any]) -> str:
+    if extract.get("skipped"):
+        return str(extract["skipped"])
+    label = f" ({extract['label']})" if extract.get("label") else ""
+    return (
+        f"{extract.get('mode')}{label}: {extract.get('requests_planned', 0)} request(s) planned, "
+        f"{extract.get('facts_written', 0)} fact(s) written"
+    )
+
+
 def _summary_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Nightly consolidation {summary['run_id']}",
         "",
         f"- clock: {summary['now']}",
         f"- partitions: {summary['partitions']} ({summary['skipped']} skipped, nothing new)",
+        f"- extract: {_extract_line(summary.get('extract') or {})}",
         f"- candidates by status: {summary['candidates_by_status']}",
         "",
         "| partition | new members | clusters | candidates |",
@@ -248,6 +271,14 @@ def _consolidate(
         params={"recluster": recluster},
     )
     config_key = _config_key(settings, recluster=recluster)
+    extracted = extract_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
+    ).result()
+    if extracted.get("skipped"):
+        logger.warning("%s", extracted["skipped"])
+    crash_point("nightly.extracted")
+    # a partition whose extracted facts changed is mined again even without new episodes
+    facts_state = fact_digests(stores.meta)
     plan: list[PartitionWork] = plan_partitions(stores)
     futures = []
     for work in plan:
@@ -258,7 +289,7 @@ def _consolidate(
                 namespace=work.partition.namespace,
                 run_id=ctx.run_id,
                 now_iso=now_iso,
-                input_hash=work.input_hash(config_key),
+                input_hash=work.input_hash(config_key + facts_state.get(work.partition.key, "")),
                 max_recorded_iso=work.max_recorded_at.isoformat() if work.max_recorded_at else None,
                 recluster=recluster,
             )
@@ -288,6 +319,7 @@ def _consolidate(
         "partitions": len(plan),
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
+        "extract": extracted,
         "score": scored,
         "review": batched,
         "staleness": staleness,

@@ -16,6 +16,7 @@ from typing import Any
 
 from memory_core.eval.harness import EvalHome, Stopwatch, day_after_last
 from memory_core.eval.locomo import convert_locomo, load_locomo
+from memory_core.eval.locomo_extract import evaluate_replayed_extraction
 from memory_core.eval.plant import plant_secrets
 from memory_core.eval.probes import (
     cost_report,
@@ -55,7 +56,8 @@ def evaluate_locomo_file(
     root: Path, path: Path, *, embedder: str, sample: int | None = None, k: int = 10
 ) -> dict[str, Any]:
     """Run one night on the converted conversations in ``root/locomo``; measure."""
-    conversion = convert_locomo(load_locomo(path))
+    items = load_locomo(path)
+    conversion = convert_locomo(items)
     episodes, planted = plant_secrets(conversion.episodes, every=100)
     now = day_after_last(episodes)
     home = EvalHome.create(root, "locomo", embedder=embedder)
@@ -74,6 +76,11 @@ def evaluate_locomo_file(
                 budget_tokens=home.settings.recall.budget_tokens,
             ).as_dict()  # fmt: skip
         clock.lap("retrieval")
+        extraction = evaluate_replayed_extraction(
+            root, items, episodes, _queries(conversion, sample), embedder=embedder, now=now,
+            k=k, source=path.name,
+        )  # fmt: skip
+        clock.lap("replayed_extraction")
         updates: dict[str, Any] = {"supersession_accuracy": None, "as_of_correctness": None}
         updates.update(revocation_probe(home, now=now))
         clock.lap("revocation")
@@ -92,6 +99,7 @@ def evaluate_locomo_file(
             "questions": len(conversion.questions),
             "write_quality": quality,
             "retrieval": retrieval,
+            "replayed_extraction": extraction,
             "update_forgetting": updates,
             "embedder": home.embedder.version,
             "cost": cost_report(home, len(episodes)),

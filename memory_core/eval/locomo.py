@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "REPLAY_LABEL",
     "LocomoConversion",
     "LocomoQuestion",
     "convert_locomo",
     "load_locomo",
+    "observation_facts",
+    "observation_replay",
     "parse_evidence",
     "parse_locomo_datetime",
 ]
@@ -252,3 +255,68 @@ def convert_locomo(
                 )
             )
     return LocomoConversion(episodes, questions, repaired, unmapped, undated)
+
+
+# -- LoCoMo's observation annotations as replayed extraction answers --------------------------
+
+REPLAY_LABEL = "replayed dataset annotations, not Claude"
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def _observation_predicate(sentence: str, speaker: str) -> str:
+    """A predicate for an annotation sentence, which has none: ``observation:`` and the first
+    words after the speaker's name. Nearly unique per sentence on purpose: distinct
+    annotations must not be read as contradicting values of one shared predicate."""
+    words = [
+        w for w in _WORDS.findall(sentence.lower()) if w not in _WORDS.findall(speaker.lower())
+    ]
+    return "observation:" + "_".join(words[:6] or ["note"])
+
+
+def observation_facts(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Facts per session id (``conv-26:session_3``) from the annotations, as an extraction
+    answer would state them: the speaker is the subject, the sentence the object, the
+    annotated turns (episode ids) the evidence. No importance: the dataset has none."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        sample_id = str(item["sample_id"])
+        for key, by_speaker in sorted((item.get("observation") or {}).items()):
+            m = re.match(r"^session_(\d+)_observation$", key)
+            if not m or not isinstance(by_speaker, Mapping):
+                continue
+            session = f"{sample_id}:session_{m.group(1)}"
+            for speaker, facts in sorted(by_speaker.items()):
+                for entry in facts or []:
+                    if not isinstance(entry, list | tuple) or len(entry) < 2:
+                        continue
+                    sentence, refs = str(entry[0]).strip(), entry[1]
+                    dia_ids: list[str] = []
+                    for raw in refs if isinstance(refs, list) else [refs]:
+                        dia_ids += parse_evidence(raw)[0]
+                    if not sentence or not dia_ids:
+                        continue
+                    out.setdefault(session, []).append({
+                        "subject_id": str(speaker),
+                        "predicate": _observation_predicate(sentence, str(speaker)),
+                        "object": sentence[:500],
+                        "kind": "fact",
+                        "valid_from": None,
+                        "valid_to": None,
+                        "evidence": [f"{sample_id}:{d}" for d in dict.fromkeys(dia_ids)],
+                        "speaker_role": "user",
+                        "importance": None,
+                    })  # fmt: skip
+    return out
+
+
+def observation_replay(items: list[dict[str, Any]], plans: Sequence[Any]) -> list[dict[str, Any]]:
+    """Replay lines (``{custom_id, answer, label}``) for the requests the extract stage planned
+    (``stages/extract/plan.py``): each request's answer is the annotated facts of the sessions
+    it carries. Evidence is given as episode ids; the stage's rules check it like any answer."""
+    facts = observation_facts(items)
+    lines = []
+    for plan in plans:
+        answer = [f for s in plan.sessions for f in facts.get(s.session_key, [])]
+        lines.append({"custom_id": plan.custom_id, "answer": {"facts": answer},
+                      "label": REPLAY_LABEL})  # fmt: skip
+    return lines

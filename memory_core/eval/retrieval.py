@@ -2,7 +2,8 @@
 turn what is served into recall@k, answer-in-context, stale, out-of-scope and budget figures.
 
 Arms (the issue's ablation at retrieval level), each a set of memory classes the agent reads:
-``no_memory`` (nothing), ``episodes`` (episodes and digests), ``episodes_facts`` (+ facts) and
+``no_memory`` (nothing), ``episodes`` (episodes and digests), ``facts_only`` (facts alone),
+``episodes_facts`` (+ facts) and
 ``episodes_facts_procedures`` (+ procedures). Each class is recalled with the same call and
 options, the results of the arm's classes are merged by score and packed again into the same
 token budget, so the arms differ only in what they may read. Scope is checked on every call
@@ -31,6 +32,7 @@ __all__ = ["ARMS", "MemoEmbedder", "Query", "RetrievalRun", "evenly", "open_read
 ARMS: dict[str, tuple[str, ...]] = {
     "no_memory": (),
     "episodes": ("episodic",),
+    "facts_only": ("semantic",),
     "episodes_facts": ("episodic", "semantic"),
     "episodes_facts_procedures": ("episodic", "semantic", "procedural"),
 }

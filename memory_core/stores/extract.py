@@ -34,6 +34,8 @@ __all__ = [
     "delete_extracted_for_episodes",
     "done_sessions",
     "extracted_facts",
+    "fact_digests",
+    "facts_for_episodes",
     "set_fact_groups",
     "ungrouped_subjects",
     "write_extraction",
@@ -231,3 +233,33 @@ def ungrouped_subjects(meta: MetaStore) -> set[tuple[str, str, str]]:
             "WHERE group_predicate IS NULL"
         ).fetchall()
     return {(r[0], r[1], r[2]) for r in rows}
+
+
+def fact_digests(meta: MetaStore) -> dict[tuple[str, str], str]:
+    """Per (tenant, namespace), a hash of its extracted facts and their groups: what the
+    nightly flow adds to a partition's input hash."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT tenant_id, namespace, md5(string_agg(fact_id || '|' || "
+            "coalesce(group_predicate, '') || '|' || coalesce(group_object, ''), ',' "
+            "ORDER BY fact_id)) FROM extracted_facts GROUP BY 1, 2"
+        ).fetchall()
+    return {(r[0], r[1]): str(r[2]) for r in rows}
+
+
+def facts_for_episodes(meta: MetaStore, episode_ids: Iterable[str]) -> list[ExtractedFactRow]:
+    """Facts whose own-statement evidence includes any of these episodes."""
+    ids = sorted(set(episode_ids))
+    if not ids:
+        return []
+    with meta.connect() as con:
+        found = [
+            r[0]
+            for r in con.execute(
+                "SELECT fact_id FROM extracted_facts WHERE "
+                "len(list_intersect(CAST(self_evidence AS VARCHAR[]), ?)) > 0",
+                [ids],
+            ).fetchall()
+        ]
+    wanted = set(found)
+    return [f for f in extracted_facts(meta) if f.fact_id in wanted] if wanted else []

@@ -9,6 +9,7 @@ every request it makes, in any process, is counted here.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,10 @@ VOLATILE = {
     "score_source",
     "message_id",
     "duration_s",
+    "extracted_at",  # when a session's facts were written (the rerun writes them)
+    # how this run obtained a batch's results: resumed from the killed run or collected itself
+    "resumed",
+    "submitted_by_run",
 }
 # Not compared: `runs` and `audit_log` are history (the killed run did start, and did act);
 # `leases` is empty after any finished run; `schema_version` is the file's own bookkeeping.
@@ -84,6 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
 def fake_anthropic_server() -> Iterator[tuple[FakeAnthropic, str]]:
     """(the fake, its base URL) for the duration of the block."""
     fake = FakeAnthropic()
+    fake.answer = crash_answer
     handler = type("Handler", (_Handler,), {"fake": fake, "lock": threading.Lock()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -114,7 +120,38 @@ def scenario_lines() -> list[str]:
         )
         for i in range(3)
     ]
-    return [*_seed_scenario(), *lines_of(*prefs)]
+    chat = [  # raw conversation turns without claims: the extract stage's input
+        episode(
+            episode_id=f"chat{i}",
+            subject_id="ben",
+            session_id=f"s-chat{i}",
+            source_role="user",
+            goal=None,
+            actions=[],
+            outcome="unknown",
+            conditions={},
+            text="I'm vegetarian, remember that for the team lunch.",
+            occurred_at=f"2026-07-2{i}T11:00:00Z",
+        )
+        for i in range(2)
+    ]
+    return [*_seed_scenario(), *lines_of(*prefs, *chat)]
+
+
+def crash_answer(params: dict[str, Any], attempt: int) -> str:
+    """The fake's answer: an extraction for extraction requests, a valid score otherwise."""
+    from memory_core.stages.extract.prompt import RUBRIC as EXTRACT_RUBRIC
+    from tests.stages.score.test_score_fakes import VALID
+
+    if params.get("system", [{}])[0].get("text") != EXTRACT_RUBRIC:
+        return json.dumps(VALID)
+    refs = re.findall(r"^\[(t\d+)\] user ben: .*vegetarian", params["messages"][0]["content"], re.M)
+    facts = [
+        {"subject_id": "ben", "predicate": "diet", "object": "vegetarian", "kind": "fact",
+         "evidence": [ref], "speaker_role": "user", "importance": 4}
+        for ref in refs
+    ]  # fmt: skip
+    return json.dumps({"facts": facts})
 
 
 def _normal(value: Any) -> Any:

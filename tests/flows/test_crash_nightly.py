@@ -7,7 +7,7 @@ never interrupted: the same rows in every Lance and DuckDB table (minus run ids 
 times), no duplicate ids, no lost episode, and no LLM request sent twice (the fake Anthropic
 API on loopback counts every request from every process).
 
-Kill points (13): the flow's stage boundaries and one point inside each writing stage.
+Kill points (17): the flow's stage boundaries and one point inside each writing stage.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ NOW = datetime(2026, 8, 1, tzinfo=UTC)
 
 KILL_POINTS = [
     "nightly.leased",  # boundary: lease taken, nothing written
+    "extract.submitted",  # inside extract: batch recorded, never polled
+    "extract.collected",  # inside extract: results read, nothing written
+    "extract.written",  # inside extract: facts written, paraphrases not merged
+    "nightly.extracted",  # boundary extract -> partitions
     "cluster.in_transaction",  # inside cluster: clusters written, members not, uncommitted
     "partition.clustered",  # boundary cluster -> mine
     "mine.upserted",  # inside mine: candidates written, blocked claims not counted
@@ -96,6 +100,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _reset(fake: FakeAnthropic) -> None:
     fake.counts.clear()
     fake.bodies.clear()
+    fake.batches.clear()  # batch ids restart, so a case and the baseline name them alike
     fake._attempts.clear()
     fake._cache_written = False  # the fake's prompt cache: written by the first request
 
@@ -132,6 +137,7 @@ def baseline(
     assert requests, "the baseline sent no LLM request: the harness would prove nothing"
     assert snap["lance.facts"], "nothing was auto-approved into Lance facts"
     assert snap["llm_ledger"] and snap["review_batches"] and snap["watermarks"]
+    assert snap["extracted_facts"], "the extract stage wrote nothing: its kill points prove nothing"
     return {"snapshot": snap, "requests": requests}
 
 

@@ -2,8 +2,9 @@
 
 Selected: active episodes with text and no ``claims`` (an episode with claims was already
 structured by the agent that wrote it), of the roles in ``extract.roles``, grouped by session
-(an episode without a session is a session of its own). Only stored text is read, and stored
-text was redacted at ingest: nothing else can reach a request body.
+(an episode without a session is a session of its own); a session in which no user speaks is
+not sent (no fact from it could have authority). Only stored text is read, and stored text was
+redacted at ingest: nothing else can reach a request body.
 
 A session is sent again only when its content hash, the model or the prompt version changed
 (``extract_sessions``). Sessions of one partition (tenant, namespace) are packed in valid-time
@@ -116,6 +117,8 @@ def load_sessions(
     todo: list[SessionPlan] = []
     skipped = 0
     for key, plan in sessions.items():
+        if not any(t["source_role"] == "user" for t in plan.turns):
+            continue  # nobody speaks for themself: no fact could have authority; not sent
         plan.turns.sort(key=lambda t: (t["occurred_at"], t["episode_id"]))
         plan.content_hash = content_hash(
             [list(key), [[t["episode_id"], t["content_hash"], t["source_role"],

@@ -20,6 +20,7 @@ explicit statement of the user about themself with importance >= the configured 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,10 +29,10 @@ from memory_core.context import Partition
 from memory_core.stages.extract.rules import norm
 from memory_core.stages.mine.claims import Statement
 from memory_core.stores import Stores
-from memory_core.stores.extract import extracted_facts
+from memory_core.stores.extract import extracted_facts, facts_for_episodes
 from memory_core.stores.lance import sql_quote
 
-__all__ = ["extracted_claim_rows", "proposal_rule"]
+__all__ = ["extracted_claim_rows", "proposal_rule", "with_extracted_claims"]
 
 _COLUMNS = ["episode_id", "subject_id", "session_id", "occurred_at", "source_role", "text",
             "content_hash"]  # fmt: skip
@@ -100,3 +101,30 @@ def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str,
         items = list(claims[episode_id].values())
         rows.append({**ep, "claims": items, "actions": [], "conditions": {}})
     return rows
+
+
+def with_extracted_claims(
+    meta: Any, episodes: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The episodes with their extracted user statements added to ``claims``, for the
+    commit-time gate: a fact extracted from what the user said carries the same
+    ``user_statement`` authority a claim structured at ingest does (both stamped by code from
+    the source role and the subject), so the gate checks both the same way."""
+    facts = [f for f in facts_for_episodes(meta, episodes) if f.authority == "user_statement"]
+    if not facts:
+        return episodes
+    out = dict(episodes)
+    for f in facts:
+        for eid in f.self_evidence:
+            ep = out.get(eid)
+            if ep is None or ep.get("subject_id") != f.subject_id:
+                continue
+            claims = ep.get("claims")
+            claims = json.loads(claims) if isinstance(claims, str) else list(claims or [])
+            claims.append({
+                "predicate": f.group_predicate or f.predicate,
+                "object": f.group_object or f.object, "span": None,
+                "authority": f.authority, "extracted": True,
+            })  # fmt: skip
+            out[eid] = {**ep, "claims": claims}
+    return out

@@ -35,6 +35,7 @@ from memory_core.models import (
     ClaimSpec,
     stable_id,
 )
+from memory_core.stages.extract.statements import with_extracted_claims
 from memory_core.stages.mine.counterexamples import format_conditions
 from memory_core.stages.promote.commit_gate import GateResult, check_candidate
 from memory_core.stages.promote.rows import (
@@ -217,7 +218,10 @@ class _Commit:
     def plan(
         self, candidates: Sequence[Candidate]
     ) -> tuple[_Plan, _Plan, dict[str, Mapping[str, Any]]]:
-        episodes = evidence_episodes(self.stores.lance, candidates)
+        # extracted user statements (stages/extract) count as the gate's user claims too
+        episodes = with_extracted_claims(
+            self.stores.meta, evidence_episodes(self.stores.lance, candidates)
+        )
         procs = [c for c in candidates if c.kind is CandidateKind.procedural]
         facts = [c for c in candidates if c.kind is CandidateKind.semantic]
         by_id = {c.candidate_id: c for c in procs}
