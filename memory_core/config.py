@@ -166,14 +166,14 @@ class ExtractConfig(BaseModel):
         default="", description="JSONL of recorded answers keyed by custom_id (no API call)"
     )
     prompt_version: str = "1"
-    max_tokens: int = Field(default=2000, ge=64, description="output tokens per request")
+    max_tokens: int = Field(default=4096, ge=64, description="output tokens per request")
     roles: list[Literal["user", "agent", "tool", "system"]] = Field(
         default_factory=lambda: ["user", "agent"],
         description="episodes of these roles are sent (tool output and system prompts are not)",
     )
     max_chars_user: int = Field(default=2000, ge=20, description="a user turn is cut here")
     max_chars_other: int = Field(
-        default=200, ge=0, description="an agent turn (context for the user's answers) is cut here"
+        default=160, ge=0, description="an agent turn keeps its last this many characters"
     )
     max_request_chars: int = Field(
         default=24_000, ge=500, description="sessions are packed into one request up to this"

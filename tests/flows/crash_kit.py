@@ -145,7 +145,8 @@ def crash_answer(params: dict[str, Any], attempt: int) -> str:
 
     if params.get("system", [{}])[0].get("text") != EXTRACT_RUBRIC:
         return json.dumps(VALID)
-    refs = re.findall(r"^\[(t\d+)\] user ben: .*vegetarian", params["messages"][0]["content"], re.M)
+    body = params["messages"][0]["content"]
+    refs = re.findall(r"^\[(t\d+)\] user(?: ben)?: .*vegetarian", body, re.M)
     facts = [
         {"subject_id": "ben", "predicate": "diet", "object": "vegetarian", "kind": "fact",
          "evidence": [ref], "speaker_role": "user", "importance": 4}

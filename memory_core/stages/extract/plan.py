@@ -3,8 +3,11 @@
 Selected: active episodes with text and no ``claims`` (an episode with claims was already
 structured by the agent that wrote it), of the roles in ``extract.roles``, grouped by session
 (an episode without a session is a session of its own); a session in which no user speaks is
-not sent (no fact from it could have authority). Only stored text is read, and stored text was
-redacted at ingest: nothing else can reach a request body.
+not sent (no fact from it could have authority), nor are agent episodes that carry tool calls
+(their text restates the calls; the user's words are the evidence). Other agent turns are
+context for the user's answers, and their end is kept (where the question to the user is).
+Only stored text is read, and stored text was redacted at ingest: nothing else can reach a
+request body.
 
 A session is sent again only when its content hash, the model or the prompt version changed
 (``extract_sessions``). Sessions of one partition (tenant, namespace) are packed in valid-time
@@ -33,7 +36,7 @@ __all__ = ["RequestPlan", "SessionPlan", "load_sessions", "pack_requests", "sess
 
 _COLUMNS = [
     "episode_id", "tenant_id", "namespace", "subject_id", "session_id", "occurred_at",
-    "source_role", "text", "claims", "content_hash",
+    "source_role", "text", "claims", "content_hash", "actions",
 ]  # fmt: skip
 
 
@@ -75,9 +78,15 @@ class RequestPlan:
 
 
 def _cut(text: str, role: str, config: ExtractConfig) -> str:
-    limit = config.max_chars_user if role == "user" else config.max_chars_other
+    """A user turn keeps its start; any other turn its end (the question the user answers)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+    if role == "user":
+        limit = config.max_chars_user
+        return text if len(text) <= limit else text[: max(0, limit - 1)].rstrip() + "…"
+    limit = config.max_chars_other
+    if limit <= 0:
+        return ""
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :].lstrip()
 
 
 def load_sessions(
@@ -101,6 +110,8 @@ def load_sessions(
     table = table.filter(pc.and_(no_claims, roles))
     sessions: dict[tuple[str, str, str], SessionPlan] = {}
     for row in table.to_pylist():
+        if row["source_role"] != "user" and row["actions"]:
+            continue  # an agent's tool calls (or a whole trajectory): no statement to extract
         text = _cut(row["text"] or "", row["source_role"], config)
         if not text:
             continue
@@ -113,6 +124,7 @@ def load_sessions(
         if plan is None:
             plan = sessions[key] = SessionPlan(*key, first_at=row["occurred_at"])
         plan.first_at = min(plan.first_at, row["occurred_at"])
+        row.pop("actions")
         plan.turns.append({**row, "text": text})
     todo: list[SessionPlan] = []
     skipped = 0

@@ -24,7 +24,8 @@ NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 SECRET = "sk-ant-api03-" + "Zq7" * 14  # planted in a user turn; ingest must redact it
 PASSWORD_URL = "postgres://app:Pw-s3cr3tValue1@db.internal:5432/app"
 
-_LINE = re.compile(r"^\[(t\d+)\] (user (\S+)|agent|tool|system): (.*)$")
+_LINE = re.compile(r"^\[(t\d+)\] (user(?: (\S+))?|agent|tool|system): (.*)$")
+_SESSION = re.compile(r'^<session id="[^"]*" date="[^"]*"(?: user="([^"]*)")?>$')
 RULES: list[tuple[str, str, str, str, int]] = [
     # (phrase in the turn, predicate, object, kind, importance)
     ("i am vegetarian", "diet", "vegetarian", "fact", 5),
@@ -40,10 +41,14 @@ RULES: list[tuple[str, str, str, str, int]] = [
 def turns_of(params: dict[str, Any]) -> list[tuple[str, str, str | None, str]]:
     """(ref, role, speaker or None, text) of every turn in a request's user message."""
     out = []
+    user = None
     for line in params["messages"][0]["content"].splitlines():
-        if m := _LINE.match(line):
+        if m := _SESSION.match(line):
+            user = m.group(1)
+        elif m := _LINE.match(line):
             role = "user" if m.group(2).startswith("user") else m.group(2)
-            out.append((m.group(1), role, m.group(3), m.group(4)))
+            out.append((m.group(1), role, m.group(3) or (user if role == "user" else None),
+                        m.group(4)))  # fmt: skip
     return out
 
 
