@@ -174,6 +174,47 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
+    """LoCoMo's arm with extraction replayed from the dataset's own annotations."""
+    out: list[str] = []
+    for name, d in ran.items():
+        x = d.get("replayed_extraction")
+        if not x:
+            continue
+        after = x["after_compaction"]
+        cost = x["cost"]
+        rows = []
+        for arm, label in (("episodes", "episodes only"), ("facts_only", "facts only"),
+                           ("episodes_facts", "facts + episodes")):  # fmt: skip
+            rows.append([
+                label, fmt(x["retrieval"][arm]["recall_at_k"]),
+                fmt(x["retrieval"][arm]["answer_in_context"]),
+                fmt(after["retrieval"][arm]["recall_at_k"]),
+                fmt(after["retrieval"][arm]["answer_in_context"]),
+            ])  # fmt: skip
+        out += [
+            "", f"## Extraction on {name}: {x['replay']}", "",
+            f"Facts extracted {fmt(x['facts_extracted'])}, promoted {fmt(x['facts_promoted'])} "
+            f"(proposal rule: min_sessions {x['proposal_rule']['min_sessions']}, min_episodes "
+            f"{x['proposal_rule']['min_episodes']}, as {x['proposal_rule']['why']}; under the "
+            "default rule "
+            f"{fmt(x['proposed_under_default_rule'])}). Rows kept: {fmt(x['rows']['total'])} "
+            f"before, {fmt(after['rows']['total'])} after compaction of episodes older than "
+            f"{fmt(after['retention_days'])} days ({fmt(after['rows_ratio_to_episodes_only'])} "
+            f"of the episodes). Requests {fmt(cost['requests'])} "
+            f"({fmt(cost['requests_per_episode'])} per episode, "
+            f"{fmt(cost['requests_on_unchanged_rerun'])} on an unchanged rerun), input tokens "
+            f"{fmt(cost['input_tokens'])} ({fmt(cost['input_tokens_per_episode'])} per episode), "
+            "counted from the request bodies the replay would have sent.", "",
+        ]  # fmt: skip
+        out += _table(
+            ["arm", "recall@k", "answer in context", "after compaction: recall@k",
+             "after compaction: answer in context"],
+            rows,
+        )  # fmt: skip
+    return out
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """EVALUATION.md (and ``--out DIR/eval.md``) from the eval JSON; nothing else."""
     ran = _ran(result)
@@ -268,6 +309,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"Nothing was promoted on {', '.join(idle)}: the arms after `episodes` read the "
             "same records there.",
         ]
+    lines += _replayed_extraction(ran)
     lines += ["", "Recall by kind of question (all memory classes):", ""]
     kinds = [
         [n, kind, fmt(v["queries"]), fmt(v["hits"]), fmt(v["answered"])]
