@@ -94,8 +94,9 @@ def fake_anthropic_server() -> Iterator[tuple[FakeAnthropic, str]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield fake, f"http://127.0.0.1:{server.server_address[1]}"
+        yield fake, fake.base_url
     finally:
         server.shutdown()
         server.server_close()

@@ -93,6 +93,7 @@ class FakeBatch:
     created_at: datetime
     polls_left: int
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base_url: str = "https://api.anthropic.com"  # the SDK fetches results_url as given
 
     def body(self) -> dict[str, Any]:
         ended = self.polls_left <= 0
@@ -114,9 +115,7 @@ class FakeBatch:
             "archived_at": None,
             "cancel_initiated_at": None,
             "results_url": (
-                f"https://api.anthropic.com/v1/messages/batches/{self.batch_id}/results"
-                if ended
-                else None
+                f"{self.base_url}/v1/messages/batches/{self.batch_id}/results" if ended else None
             ),
         }
 
@@ -142,6 +141,7 @@ class FakeAnthropic:
         self.batch_results: dict[str, dict[str, Any]] = {}  # custom_id -> result override
         self.polls_before_end = 1
         self.answer: AnswerFn = lambda params, attempt: json.dumps(VALID)
+        self.base_url = "https://api.anthropic.com"  # where results_url points (loopback: set)
         self._attempts: Counter[str] = Counter()
         self._cache_written = False
 
@@ -207,7 +207,10 @@ class FakeAnthropic:
 
     def _create(self, body: dict[str, Any]) -> httpx2.Response:
         batch_id = f"msgbatch_{len(self.batches) + 1:04d}"
-        batch = FakeBatch(batch_id, body["requests"], T0, polls_left=self.polls_before_end)
+        batch = FakeBatch(
+            batch_id, body["requests"], T0, polls_left=self.polls_before_end,
+            base_url=self.base_url,
+        )  # fmt: skip
         self.batches[batch_id] = batch
         return httpx2.Response(200, json=batch.body())
 
