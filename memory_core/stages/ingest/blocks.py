@@ -48,7 +48,14 @@ import pyarrow as pa
 from pydantic import BaseModel, ValidationError
 
 from memory_core.errors import FieldError
-from memory_core.models import Authority, Episode, SourceRole, canonical_json
+from memory_core.models import (
+    NO_CONTROL_PATTERN,
+    Authority,
+    Episode,
+    SourceRole,
+    canonical_json,
+    no_control,
+)
 from memory_core.stages.ingest.redact import Redactor, might_hold_secret, redact_text
 from memory_core.steps import encode_step
 from memory_core.stores.schemas import TS
@@ -348,12 +355,21 @@ def field_errors(number: int, raw: str, exc: ValidationError) -> list[FieldError
     """One ``FieldError`` per pydantic error of a line: line, field path, reason."""
     rid = _record_id(raw)
     errors = []
-    for err in exc.errors(include_input=False, include_url=False):
+    for err in exc.errors(include_url=False):
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "json_invalid":
             reason = f"not valid JSON: {err.get('ctx', {}).get('error', reason)}"
+        elif err["type"] == "string_pattern_mismatch" and _is_id_pattern(err):
+            try:  # the position and code point only: the id itself may hold anything
+                no_control(str(err.get("input", "")))
+            except ValueError as found:
+                reason = f"{found}; ids may not hold control characters (NUL, line breaks, tabs)"
         errors.append(FieldError(number, _loc(err["loc"]), reason, rid))
     return errors
+
+
+def _is_id_pattern(err: Any) -> bool:
+    return err.get("ctx", {}).get("pattern") == NO_CONTROL_PATTERN
 
 
 def exact_line(
