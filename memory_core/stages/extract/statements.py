@@ -32,7 +32,12 @@ from memory_core.stores import Stores
 from memory_core.stores.extract import extracted_facts, facts_for_episodes
 from memory_core.stores.lance import sql_quote
 
-__all__ = ["extracted_claim_rows", "proposal_rule", "with_extracted_claims"]
+__all__ = [
+    "extracted_claim_rows",
+    "extracted_user_episodes",
+    "proposal_rule",
+    "with_extracted_claims",
+]
 
 _COLUMNS = ["episode_id", "subject_id", "session_id", "occurred_at", "source_role", "text",
             "content_hash"]  # fmt: skip
@@ -128,3 +133,21 @@ def with_extracted_claims(
             })  # fmt: skip
             out[eid] = {**ep, "claims": claims}
     return out
+
+
+def extracted_user_episodes(
+    stores: Stores, tenant_id: str, *, where: str, columns: list[str]
+) -> list[dict[str, Any]]:
+    """Episodes (``columns``, matching ``where``) in which a user of the tenant stated an
+    extracted fact about themself, with those statements in ``claims`` (JSON): what the
+    staleness stage reads as a subject's own later statements."""
+    facts = extracted_facts(stores.meta, tenant_id=tenant_id)
+    ids = sorted({e for f in facts if f.authority == "user_statement" for e in f.self_evidence})
+    rows: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ", ".join(sql_quote(i) for i in ids[start : start + 500])
+        clause = f"tenant_id = {sql_quote(tenant_id)} AND ({where}) AND episode_id IN ({chunk})"
+        for row in stores.lance.scan("episodes", where=clause, columns=columns).to_pylist():
+            rows[row["episode_id"]] = row
+    out = with_extracted_claims(stores.meta, rows)
+    return [{**ep, "claims": json.dumps(ep.get("claims") or [])} for ep in out.values()]

@@ -28,6 +28,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.models import Authority
+from memory_core.stages.extract.statements import extracted_user_episodes
 from memory_core.stages.mine.claims import _markers
 from memory_core.stages.promote.supersede import normalise
 from memory_core.stages.staleness.common import (
@@ -93,6 +94,11 @@ def detect_contests(stores: Stores, settings: Settings, ctx: RunContext) -> Cont
             f"AND claims != '[]' AND status = 'active' AND recorded_at > {ts_literal(since)}"
         )
         for ep in stores.lance.scan("episodes", where=where, columns=_EPISODE_COLUMNS).to_pylist():
+            by_scope.setdefault((tenant, ep["subject_id"], ep["namespace"]), []).append(ep)
+        # statements extracted from conversations (stages/extract) count the same way
+        recent = f"source_role = 'user' AND status = 'active' AND recorded_at > {ts_literal(since)}"
+        extracted = extracted_user_episodes(stores, tenant, columns=_EPISODE_COLUMNS, where=recent)
+        for ep in extracted:
             by_scope.setdefault((tenant, ep["subject_id"], ep["namespace"]), []).append(ep)
     contested: list[dict[str, Any]] = []
     evidence: list[tuple[str, str, str]] = []
