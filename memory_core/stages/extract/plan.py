@@ -179,6 +179,7 @@ def pack_requests(
         by_partition.setdefault((s.tenant_id, s.namespace), []).append(s)
     plans: list[RequestPlan] = []
     for (tenant, namespace), items in sorted(by_partition.items()):
+        items.sort(key=lambda s: (s.first_at, s.session_key))  # same sessions, same requests
         for chunk in _chunks(items, config):
             turns: dict[str, Turn] = {}
             shown = []

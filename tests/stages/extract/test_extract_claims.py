@@ -142,3 +142,48 @@ def test_rules_keep_every_fact_inside_its_request_and_subject(facts: list[dict[s
     kept_or_dropped = len(checked.facts) + sum(checked.dropped.values())
     assert kept_or_dropped == len(facts)
     assert json.dumps([f.model_dump(mode="json") for f in checked.facts])  # serialisable
+
+
+_SESSION = st.tuples(
+    st.sampled_from(["acme", "globex", "initech"]),
+    st.sampled_from(["chat", "it"]),
+    st.integers(0, 30),
+    st.integers(1, 6),
+    st.integers(10, 3000),
+)
+
+
+@hyp_settings(max_examples=100, deadline=None)
+@given(st.lists(_SESSION, max_size=25, unique_by=lambda s: (s[0], s[1], s[2])))
+def test_requests_never_mix_tenants_and_replan_identically(sessions: list[tuple]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from memory_core.config import ExtractConfig
+    from memory_core.stages.extract.plan import SessionPlan, pack_requests
+
+    cfg = ExtractConfig(max_request_chars=4000, max_sessions_per_request=4)
+    t0 = datetime(2026, 7, 1, tzinfo=UTC)
+    plans_in = []
+    for tenant, namespace, n, turns, chars in sessions:
+        plan = SessionPlan(tenant, namespace, f"{tenant}-s{n}", first_at=t0 + timedelta(hours=n))
+        plan.turns = [
+            {"episode_id": f"{tenant}:{namespace}:{n}:{i}", "source_role": "user",
+             "subject_id": f"{tenant}-u{n % 3}", "occurred_at": t0 + timedelta(hours=n, minutes=i),
+             "text": "x" * (chars // turns)}
+            for i in range(turns)
+        ]  # fmt: skip
+        plan.content_hash = f"h-{tenant}-{namespace}-{n}-{turns}-{chars}"
+        plans_in.append(plan)
+    requests = pack_requests(plans_in, cfg, model="m", prompt_version="p")
+    seen = []
+    for req in requests:
+        assert {(s.tenant_id, s.namespace) for s in req.sessions} == {
+            (req.tenant_id, req.namespace)
+        }
+        for shown in req.turns.values():
+            assert shown.episode_id.startswith(f"{req.tenant_id}:{req.namespace}:")
+        seen += [(s.tenant_id, s.namespace, s.session_key) for s in req.sessions]
+    assert sorted(seen) == sorted((s.tenant_id, s.namespace, s.session_key) for s in plans_in)
+    again = pack_requests(list(reversed(plans_in)), cfg, model="m", prompt_version="p")
+    assert sorted(r.custom_id for r in again) == sorted(r.custom_id for r in requests)
+    assert len({r.custom_id for r in requests}) == len(requests)
