@@ -31,7 +31,7 @@ from typing import Any
 from prefect.server.api import server as prefect_server
 from prefect.settings import PREFECT_API_URL
 
-__all__ = ["die_with_parent", "start_ephemeral_server"]
+__all__ = ["die_with_parent", "register_ephemeral_server", "start_ephemeral_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,13 @@ class _PopenDiesWithParent:
 
 
 class _TiedServer(prefect_server.SubprocessASGIServer):
-    """Prefect's ephemeral server, started with a parent-death signal."""
+    """Prefect's ephemeral server, started with a parent-death signal when started from the
+    main thread (the signal follows the thread that forks the child: a worker thread that
+    ends would take the server with it, so from one the server starts as Prefect starts it)."""
 
     def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return super()._run_uvicorn_command()
         real = prefect_server.subprocess
         prefect_server.subprocess = _PopenDiesWithParent()  # type: ignore[assignment]
         try:
@@ -86,21 +90,29 @@ class _TiedServer(prefect_server.SubprocessASGIServer):
             prefect_server.subprocess = real
 
 
-def start_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
-    """Start this process's ephemeral server now, tied to the process; None when Prefect will
-    use another API (``PREFECT_API_URL``), off Linux, or off the main thread (the signal
-    follows the thread that forked the child, which must outlive every flow run)."""
+def register_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
+    """Make the server Prefect starts on demand in this process a tied one (not started yet);
+    None when Prefect will use another API (``PREFECT_API_URL``) or off Linux."""
     if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
         return None
     instances = prefect_server.SubprocessASGIServer._instances
     existing = instances.get(None)
-    if existing is not None and existing.running:
-        return existing  # already started (by Prefect, or an earlier call): keep it
+    if existing is not None:
+        return existing  # registered or started already: keep it
     server = object.__new__(_TiedServer)
     server.__init__(None)  # type: ignore[misc]
     instances[None] = server
+    return server
+
+
+def start_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
+    """Start this process's ephemeral server now, from the main thread, tied to the process;
+    None when Prefect will use another API, off Linux, or off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    server = register_ephemeral_server()
+    if server is None or server.running:
+        return server
     server.start()
     logger.debug("ephemeral Prefect server pid %s", server.server_process.pid)  # type: ignore[union-attr]
     return server

@@ -106,6 +106,10 @@ def prefect_env(settings: Settings) -> None:
         from memory_core.logging_setup import prefect_logging
 
         prefect_logging(prefect_home)
+    # the ephemeral server Prefect starts for this command exits with it, even SIGKILLed
+    from flows.ephemeral import register_ephemeral_server
+
+    register_ephemeral_server()
 
 
 def open_all(settings: Settings) -> Any:
