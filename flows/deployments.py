@@ -9,9 +9,10 @@ when it runs, takes ``now`` from the wall clock and calls the real flow as a sub
 * ``forgetting`` (``schedule.forgetting_cron``, later): waits up to ``lease.forgetting_wait_s``
   for a consolidation still running, so it always runs after it, never beside it.
 * ``deletion-requests`` (``schedule.deletion_cron``, every 15 minutes): queued user deletions.
-* ``review-dispatch`` (``schedule.review_cron``): starts one ``promotion-review`` run per open
-  batch that has none; that deployment has no schedule, and a deployed review run suspends
-  (the process exits) until a reviewer answers in the UI or with ``memctl review``.
+* ``review-dispatch`` (``schedule.review_cron``): starts one top-level ``promotion-review`` run
+  per open batch that no live run holds (one that failed or was cancelled does not); that
+  deployment has no schedule, and a deployed review run suspends (the process exits) until a
+  reviewer answers in the UI or with ``memctl review``.
 
 Crons are read in the top-level ``timezone`` of the config. prefect.yaml is rendered from the
 same table (``render_prefect_yaml``); tests keep the checked-in file equal to the defaults.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.schedules import Cron, Interval
@@ -77,30 +79,60 @@ def scheduled_deletions(home: str | None = None, config: str | None = None) -> l
     return deletion_requests(settings_data=settings.model_dump(mode="json"), now_iso=_now())
 
 
+def _run_waits(client: Any, flow_run_id: str) -> str | None:
+    """Why a batch's recorded run still holds it (None: gone or over, so start another)."""
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        run = client.read_flow_run(UUID(flow_run_id))
+    except (ValueError, ObjectNotFound):
+        return None
+    if run.state is None or run.state.is_final():
+        return None
+    return run.state.name
+
+
 @flow(name="review-dispatch", log_prints=False)
 def review_dispatch(home: str | None = None, config: str | None = None) -> list[str]:
-    """Start a ``promotion-review`` run for every open batch no run is waiting on."""
+    """Start a top-level ``promotion-review`` run for every open batch no live run holds.
+
+    A batch whose recorded run failed, crashed, was cancelled or is gone gets a new run (its
+    stored form inputs are deleted first), so no batch is stranded. Runs are started with
+    ``as_subflow=False``: Prefect suspends only top-level runs."""
+    from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
+    from flows.review import drop_run_inputs
     from memory_core.stores import open_stores
-    from memory_core.stores.review import list_batches
+    from memory_core.stores.review import list_batches, set_flow_run
 
     settings = _settings(home, config)
     stores = open_stores(settings)
+    logger = get_run_logger()
     started = []
-    for batch in list_batches(stores.meta, status="open"):
-        if batch.flow_run_id:
-            continue
-        run = run_deployment(
-            REVIEW_DEPLOYMENT,
-            parameters={
-                "settings_data": settings.model_dump(mode="json"),
-                "batch_id": batch.batch_id,
-            },
-            timeout=0,  # do not wait: the review run waits for people, for days
-        )
-        started.append(str(run.id))
-    get_run_logger().info("review-dispatch: %d review run(s) started", len(started))
+    with get_client(sync_client=True) as client:
+        for batch in list_batches(stores.meta, status="open"):
+            if batch.flow_run_id:
+                state = _run_waits(client, batch.flow_run_id)
+                if state is not None:
+                    continue
+                logger.info(
+                    "batch %s: its run %s is over; starting another",
+                    batch.batch_id, batch.flow_run_id,
+                )  # fmt: skip
+                drop_run_inputs(batch.flow_run_id)
+            run = run_deployment(
+                REVIEW_DEPLOYMENT,
+                parameters={
+                    "settings_data": settings.model_dump(mode="json"),
+                    "batch_id": batch.batch_id,
+                },
+                timeout=0,  # do not wait: the review run waits for people, for days
+                as_subflow=False,  # a subflow cannot be suspended
+            )
+            set_flow_run(stores.meta, batch.batch_id, str(run.id))  # held from now on
+            started.append(str(run.id))
+    logger.info("review-dispatch: %d review run(s) started", len(started))
     return started
 
 

@@ -1,16 +1,24 @@
 """The promotion-review flow: publish a batch for people, wait for their decision, commit it.
 
-The flow publishes the batch summary as artifacts (markdown and a table) and waits for a
-``ReviewDecision`` (a Prefect ``RunInput``), which the Prefect UI renders as a form:
+The flow publishes the batch as artifacts and waits for a ``ReviewDecision`` (a Prefect
+``RunInput``), which the Prefect UI renders as a form:
 
-* run from a deployment, it *suspends* (``suspend_flow_run``): the process exits while people
-  take days, and a worker runs the flow again once the input arrives;
-* run locally, it *pauses* (``pause_flow_run``) for ``review.pause_timeout_hours``.
+* run from a deployment (``review-dispatch`` starts one top-level run per undecided batch), it
+  *suspends* (``suspend_flow_run``) until the batch expires: the process exits while people
+  take days, and the runner or worker runs the flow again once the input arrives;
+* run locally (``memctl review wait``), it *pauses* (``pause_flow_run``) for
+  ``review.pause_timeout_hours``.
+
+Privacy: the form's description and the artifacts are ``stages.review.card`` (ids and counts; no
+memory text, no subject id); the items are read with ``memctl review show BATCH``. The answers
+Prefect stored are deleted when the run ends (``drop_run_inputs``).
 
 The decision goes to ``memory_core.stages.review.decide_batch``, the same code the CLI calls.
 ``memctl review approve`` decides and commits itself, then resumes a waiting run with the same
 decision (``resume_review_run``); the run applies it again, which is a no-op, and finishes.
-A decision that leaves items undecided waits again, until the batch is decided or expires.
+A decision that leaves items undecided waits again, until the batch is decided or expires; an
+answer the batch cannot take (blank field, unknown item, an edit that widens) is refused with
+a note on the next form, never a failed run. However the run ends, the batch is released.
 
 ``build_batches_task`` is the nightly flow's step that builds review batches after scoring.
 """
@@ -25,21 +33,23 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
-from prefect.exceptions import FlowPauseTimeout
+from prefect.exceptions import FlowPauseTimeout, Pause
 from prefect.flow_runs import pause_flow_run, resume_flow_run, suspend_flow_run
 from prefect.input import RunInput
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
-from memory_core.errors import ReviewClosed
+from memory_core.errors import InvalidReview, ReviewClosed
 from memory_core.stages.review import (
     ItemEdit,
     ReviewRequest,
     batch_summary,
     build_review_batches,
+    card_rows,
     decide_batch,
-    summary_markdown,
+    refusal_note,
+    review_card,
 )
 from memory_core.stores import open_stores
 from memory_core.stores.review import BatchStatus, get_batch, set_flow_run
@@ -48,6 +58,7 @@ __all__ = [
     "ItemChange",
     "ReviewDecision",
     "build_batches_task",
+    "drop_run_inputs",
     "promotion_review",
     "resume_review_run",
     "run_promotion_review",
@@ -55,10 +66,13 @@ __all__ = [
 
 
 class ItemChange(BaseModel):
-    """An edit of one item, as the Prefect form shows it (the CLI's ``--edit``)."""
+    """An edit of one item, as the Prefect form shows it (the CLI's ``--edit``).
+
+    A form leaves fields it did not touch empty ("" or {}); those mean "no change", never a
+    value, so an untouched optional field cannot turn into a refused edit."""
 
     model_config = ConfigDict(extra="forbid")
-    candidate_id: str = Field(description="the item to change")
+    candidate_id: str = Field(default="", description="the item to change")
     object: str | None = Field(default=None, description="corrected object of a claim")
     conditions: dict[str, str] | None = Field(
         default=None, description="narrowed conditions: the old ones plus more"
@@ -72,12 +86,31 @@ class ItemChange(BaseModel):
     valid_from: datetime | None = Field(default=None, description="start of valid time")
     supersede: bool = Field(default=False, description="resolve a held conflict for this item")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v not in ("", {}, None)}
+        return data
+
+    def changes(self) -> dict[str, Any]:
+        """The fields this edit sets (empty: a row the reviewer added and left blank)."""
+        return self.model_dump(exclude={"candidate_id"}, exclude_none=True, exclude_defaults=True)
+
 
 class ReviewDecision(RunInput):
-    """The review form: who decides, approve or reject, which items, why, and edits."""
+    """The review form: who decides, approve or reject, which items, why, and edits.
 
-    reviewer: str = Field(description="your name or e-mail; recorded with the decision")
-    decision: Literal["approve", "reject"] = Field(description="applies to the listed items")
+    Only ``reviewer`` is required (the form and Prefect's server refuse a blank one); every
+    other field may stay empty."""
+
+    reviewer: str = Field(
+        min_length=1, max_length=200, pattern=r"\S",
+        description="your name or e-mail (required); recorded with the decision",
+    )  # fmt: skip
+    decision: Literal["approve", "reject"] = Field(
+        default="approve", description="applies to the listed items"
+    )
     items: list[str] = Field(
         default_factory=list, description="candidate ids; leave empty for every undecided item"
     )
@@ -85,14 +118,12 @@ class ReviewDecision(RunInput):
     edits: list[ItemChange] = Field(default_factory=list, description="optional per-item edits")
 
     def to_request(self) -> ReviewRequest:
-        edits = {
-            e.candidate_id: ItemEdit(**e.model_dump(exclude={"candidate_id"}, exclude_none=True))
-            for e in self.edits
-        }
+        """The stage's request; raises ValueError (pydantic's) for an answer it cannot take."""
+        edits = {e.candidate_id: ItemEdit(**e.changes()) for e in self.edits if e.changes()}
         return ReviewRequest(
             decision=self.decision,
-            reviewer=self.reviewer,
-            items=self.items,
+            reviewer=self.reviewer.strip(),
+            items=[i.strip() for i in self.items if i.strip()],
             reason=self.reason,
             edits=edits,
         )
@@ -117,47 +148,90 @@ def _key(batch_id: str) -> str:
     return "review-" + batch_id.lower().replace("_", "-")
 
 
-def _publish(summary: dict[str, Any], markdown: str) -> None:
-    key = _key(summary["batch_id"])
-    create_markdown_artifact(key=key, markdown=markdown, description="review batch summary")
-    create_table_artifact(
-        key=f"{key}-items",
-        table=[
-            {
-                "candidate_id": i["candidate_id"],
-                "text": i.get("text"),
-                "support": (i.get("support") or {}).get("count"),
-                "counterexamples": (i.get("counterexamples") or {}).get("count"),
-                "importance": i.get("importance"),
-                "risk_flags": ", ".join(i.get("risk_flags") or []),
-                "if_approved": (i.get("would") or {}).get("outcome"),
-                "decision": i.get("decision"),
-            }
-            for i in summary["items"]
-        ],
-        description="review items",
-    )
+def _publish(card: str, rows: list[dict[str, Any]], batch_id: str) -> None:
+    """Artifacts carry ids and counts only (``review_card``): Prefect keeps them in its own
+    database (or a Cloud workspace), out of reach of ``memctl forget``."""
+    key = _key(batch_id)
+    create_markdown_artifact(key=key, markdown=card, description="review batch (ids, counts)")
+    create_table_artifact(key=f"{key}-items", table=rows, description="review items (ids)")
 
 
 def _wait(
-    settings: Settings, markdown: str, round_no: int, *, deployed: bool
+    settings: Settings, card: str, round_no: int, *, deployed: bool, timeout_s: int
 ) -> ReviewDecision | None:
-    form = ReviewDecision.with_initial_data(description=markdown, reviewer="", decision="approve")
-    timeout = int(settings.review.pause_timeout_hours * 3600)
+    form = ReviewDecision.with_initial_data(description=card)
     key = f"decision-{round_no}"
     if deployed:
-        return suspend_flow_run(wait_for_input=form, timeout=timeout, key=key)
+        return suspend_flow_run(wait_for_input=form, timeout=timeout_s, key=key)
     return pause_flow_run(
         wait_for_input=form,
-        timeout=timeout,
+        timeout=int(settings.review.pause_timeout_hours * 3600),
         poll_interval=settings.review.poll_interval_s,
         key=key,
     )
 
 
+_INPUT_PREFIXES = ("paused-decision-", "suspended-decision-")
+
+
+def drop_run_inputs(flow_run_id: str) -> int:
+    """Delete the form's stored schema, description and answers of a run from Prefect.
+
+    A reviewer's answer (reason, edits) can quote memory text, and Prefect keeps it in its
+    ``flow_run_input`` table; once the run has applied it (or is gone) nothing needs it."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    dropped = 0
+    with get_client(sync_client=True) as client:
+        for prefix in _INPUT_PREFIXES:
+            try:
+                rows = client.filter_flow_run_input(
+                    UUID(flow_run_id), key_prefix=prefix, limit=1000, exclude_keys=set()
+                )
+            except ObjectNotFound:
+                return dropped
+            for row in rows:
+                client.delete_flow_run_input(UUID(flow_run_id), row.key)
+                dropped += 1
+    return dropped
+
+
+def _timeout_s(settings: Settings, batch: Any, *, deployed: bool) -> int:
+    """A paused run holds a process: ``review.pause_timeout_hours``. A suspended one costs
+    nothing while it waits, so it waits at least that long and at most until the batch
+    expires (after a timeout Prefect fails the run and review-dispatch starts another)."""
+    floor = int(settings.review.pause_timeout_hours * 3600)
+    if not deployed:
+        return floor
+    return max(floor, int((batch.expires_at - datetime.now(UTC)).total_seconds()))
+
+
+def _apply(
+    stores: Any, settings: Settings, batch_id: str, answer: ReviewDecision
+) -> dict[str, Any]:
+    """Commit one answer; an answer the batch cannot take is refused (logged), never fatal."""
+    logger = get_run_logger()
+    try:
+        request = answer.to_request()
+        ctx = RunContext(now=datetime.now(UTC), actor=request.reviewer)
+        result = decide_batch(stores, settings, ctx, batch_id, request).as_dict()
+    except (ValueError, InvalidReview, ReviewClosed) as exc:
+        why = refusal_note(exc)
+        logger.warning("batch %s: answer refused, waiting for another: %s", batch_id, why)
+        return {"batch_id": batch_id, "status": "open", "refused": why}
+    logger.info("batch %s: %s by %s", batch_id, request.decision, request.reviewer)
+    return result
+
+
 @flow(name="promotion-review", persist_result=True, log_prints=False)
 def promotion_review(*, settings_data: dict[str, Any], batch_id: str) -> dict[str, Any]:
-    """Publish one review batch, wait for decisions, commit them; returns the last decision."""
+    """Publish one review batch, wait for decisions, commit them; returns the last decision.
+
+    Run from a deployment it suspends (the process exits; a worker runs it again from the
+    top once answered, and each earlier ``suspend_flow_run`` returns its stored answer, which
+    applies again as a no-op); run here it pauses. Whatever happens, the batch is released
+    (``flow_run_id`` cleared) and the run's stored inputs are deleted when it ends."""
     settings = Settings.model_validate(settings_data)
     stores = open_stores(settings)
     logger = get_run_logger()
@@ -168,37 +242,41 @@ def promotion_review(*, settings_data: dict[str, Any], batch_id: str) -> dict[st
         set_flow_run(stores.meta, batch_id, str(flow_run.id))
     last: dict[str, Any] = {"batch_id": batch_id, "status": "open"}
     round_no = 0
-    while True:
-        batch = get_batch(stores.meta, batch_id)
-        if batch is None or batch.status != BatchStatus.open:
-            last["status"] = batch.status if batch else "missing"
-            break
-        summary = batch_summary(stores, settings, batch_id, now=datetime.now(UTC))
-        markdown = summary_markdown(summary)
-        _publish(summary, markdown)
-        try:
-            answer = _wait(settings, markdown, round_no, deployed=deployed)
-        except FlowPauseTimeout:
-            logger.warning(
-                "batch %s: no decision in time; it stays open until it expires", batch_id
-            )
-            last["status"] = "timed_out"
-            break
-        round_no += 1
-        if answer is None:
-            continue
-        ctx = RunContext(now=datetime.now(UTC), actor=answer.reviewer)
-        try:
-            last = decide_batch(stores, settings, ctx, batch_id, answer.to_request()).as_dict()
-        except ReviewClosed as exc:
-            logger.warning("batch %s: %s", batch_id, exc)
-            last = {"batch_id": batch_id, "status": exc.status, "error": str(exc)}
-            break
-        logger.info("batch %s: %s by %s", batch_id, answer.decision, answer.reviewer)
-    set_flow_run(stores.meta, batch_id, None)
+    suspended = False
+    try:
+        while True:
+            batch = get_batch(stores.meta, batch_id)
+            if batch is None or batch.status != BatchStatus.open:
+                last["status"] = batch.status if batch else "missing"
+                break
+            summary = batch_summary(stores, settings, batch_id, now=datetime.now(UTC))
+            card = review_card(summary, refused=last.get("refused"))
+            _publish(card, card_rows(summary), batch_id)
+            try:
+                answer = _wait(
+                    settings, card, round_no, deployed=deployed,
+                    timeout_s=_timeout_s(settings, batch, deployed=deployed),
+                )  # fmt: skip
+            except FlowPauseTimeout:
+                logger.warning(
+                    "batch %s: no decision in time; it stays open until it expires", batch_id
+                )
+                last["status"] = "timed_out"
+                break
+            round_no += 1
+            if answer is not None:
+                last = _apply(stores, settings, batch_id, answer)
+    except Pause:  # suspend_flow_run exits the process: the run is not over
+        suspended = True
+        raise
+    finally:
+        if not suspended:
+            set_flow_run(stores.meta, batch_id, None)
+            if flow_run is not None:
+                drop_run_inputs(str(flow_run.id))
     if get_batch(stores.meta, batch_id) is not None:
         summary = batch_summary(stores, settings, batch_id, now=datetime.now(UTC))
-        _publish(summary, summary_markdown(summary))
+        _publish(review_card(summary), card_rows(summary), batch_id)
     return last
 
 

@@ -57,6 +57,8 @@ class LocalServer:
         cmd = [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)]
         say(f"PREFECT_API_URL is unset: starting `prefect {' '.join(cmd[1:])}` ({self.log_path})")
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        # the UI asks the API at 127.0.0.1:4200 unless told otherwise: point it at this port
+        env["PREFECT_UI_API_URL"] = self.api_url
         self.proc = subprocess.Popen(
             cmd, env=env, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT
         )
@@ -123,6 +125,7 @@ def serve_deployments(
     signal.signal(signal.SIGTERM, _terminate)
     try:
         from prefect import serve
+        from prefect.settings import PREFECT_API_URL, temporary_settings
 
         from flows.deployments import build_deployments
 
@@ -137,7 +140,12 @@ def serve_deployments(
             f"serving {', '.join(d.name for d in deployments)} "
             f"({f'every {interval_s:g} s' if interval_s else 'crons'} in {settings.timezone})"
         )
-        serve(*deployments, print_starting_message=False)
+        # Prefect read its settings when it was imported, before ensure_api set the variable:
+        # without this the runner would talk to an ephemeral server of its own (on the same
+        # database) while its flow runs talk to ours, and every concurrency-limited run was
+        # cancelled ("Deployment concurrency slot lost during provisioning").
+        with temporary_settings(updates={PREFECT_API_URL: os.environ["PREFECT_API_URL"]}):
+            serve(*deployments, print_starting_message=False)
     except KeyboardInterrupt:
         say("stopped")
     finally:

@@ -2,7 +2,8 @@
 
 All offline, through the real CLI: ``memctl demo`` (generate, ingest, nightly flow), a
 forgetting pass a day later (``memctl expire``: the older half of the episodes passes the TTL
-and is folded into digests), a second nightly run, then ``memctl report``; Chromium renders
+and is folded into digests), a second nightly run, then ``memctl report``; headless Chromium
+(the system one, through Playwright: ``scripts/browser.py``) renders
 ``<home>/reports/index.html`` to a PNG.
 
     apt-get install -y chromium
@@ -22,6 +23,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from browser import chromium_page, chromium_path  # noqa: E402
 
 
 def memctl(home: Path, *args: str) -> dict:
@@ -47,9 +51,7 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=2200)
     parser.add_argument("--keep", action="store_true", help="keep the demo home")
     args = parser.parse_args()
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        sys.exit("chromium not found: apt-get install -y chromium")
+    chromium_path()  # fail early, before the demo runs
 
     from memory_core.demo.generate import generate_demo
 
@@ -65,24 +67,9 @@ def main() -> None:
         memctl(home, "consolidate", "--now", (clock + timedelta(days=2)).isoformat())
         report = Path(memctl(home, "report")["report"])
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        profile = tempfile.mkdtemp(prefix="chromium-")
-        subprocess.run(
-            [
-                chromium,
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                f"--window-size={args.width},{args.height}",
-                f"--screenshot={args.out.resolve()}",
-                report.as_uri(),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        shutil.rmtree(profile, ignore_errors=True)
+        with chromium_page(args.width, args.height) as page:
+            page.goto(report.as_uri(), wait_until="load")
+            page.screenshot(path=str(args.out.resolve()))
         print(f"wrote {args.out} from {report}")
     finally:
         if args.keep:

@@ -7,8 +7,8 @@ What it does, all on this machine and offline:
    heuristic, build review batches of at most two items) and picks a procedural batch;
 3. runs the ``promotion-review`` flow for it in a thread: it publishes the batch and pauses,
    waiting for a ``ReviewDecision``;
-4. drives headless Chromium (Debian ``chromium``) over the DevTools protocol: opens the flow
-   run page, clicks "Resume" to open the form, and saves a screenshot;
+4. drives headless Chromium (Debian ``chromium``) through Playwright (``scripts/browser.py``):
+   opens the flow run page, clicks "Resume" to open the form, and saves a screenshot;
 5. approves the batch with ``memctl review approve`` (which resumes the run) and stops.
 
     apt-get install -y chromium
@@ -18,7 +18,6 @@ What it does, all on this machine and offline:
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shutil
@@ -34,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from browser import chromium_page  # noqa: E402
 
 
 def _port() -> int:
@@ -119,78 +122,6 @@ def build_home(home: Path) -> tuple[Any, str]:
     return settings, batches[0].batch_id
 
 
-class Chrome:
-    """Just enough of the DevTools protocol: navigate, evaluate, screenshot."""
-
-    def __init__(self, width: int, height: int) -> None:
-        from websockets.sync.client import connect
-
-        self.port = _port()
-        self.profile = tempfile.mkdtemp(prefix="chromium-")
-        self.proc = subprocess.Popen(
-            [
-                "chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
-                "--hide-scrollbars", f"--remote-debugging-port={self.port}",
-                f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
-                "about:blank",
-            ],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        pages = _wait(
-            "chromium",
-            lambda: [
-                p for p in _get(f"http://127.0.0.1:{self.port}/json/list") if p["type"] == "page"
-            ],
-        )
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=64 << 20)
-        self.next_id = 0
-        self.call("Emulation.setDeviceMetricsOverride",
-                  width=width, height=height, deviceScaleFactor=1, mobile=False)  # fmt: skip
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.next_id += 1
-        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == self.next_id:
-                if "error" in msg:
-                    text = f"{method}: {msg['error']}"
-                    raise RuntimeError(text)
-                return msg.get("result", {})
-
-    def js(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result.get("result", {}).get("value")
-
-    def screenshot(self, path: Path) -> None:
-        data = self.call("Page.captureScreenshot", format="png")["data"]
-        path.write_bytes(base64.b64decode(data))
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-
-_CLICK_RESUME = """
-(() => {
-  const buttons = [...document.querySelectorAll('button')];
-  const b = buttons.find(x => x.textContent.trim().toLowerCase() === 'resume');
-  if (!b) return false;
-  b.click();
-  return true;
-})()
-"""
-
-_FORM_SHOWN = """
-(() => {
-  const text = document.body.innerText;
-  return text.includes('Reviewer') && text.includes('Review batch') && text.includes('Submit');
-})()
-"""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "review-form.png")
@@ -226,17 +157,15 @@ def main() -> None:
                 and r
             ),
         )
-        chrome = Chrome(args.width, args.height)
-        try:
-            chrome.call("Page.enable")
-            chrome.call("Page.navigate", url=f"{base}/runs/flow-run/{run_id}")
-            _wait("the Resume button", lambda: chrome.js(_CLICK_RESUME), timeout=60)
-            _wait("the review form", lambda: chrome.js(_FORM_SHOWN), timeout=60)
-            time.sleep(2)  # let the form settle (fonts, markdown)
+        with chromium_page(args.width, args.height) as page:
+            page.goto(f"{base}/runs/flow-run/{run_id}", wait_until="domcontentloaded")
+            page.get_by_role("button", name="Resume").click()
+            form = page.get_by_role("dialog")
+            form.get_by_role("button", name="Submit").wait_for()
+            form.get_by_text("memctl review show").first.wait_for()
+            page.wait_for_load_state("networkidle")  # fonts, markdown
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            chrome.screenshot(args.out)
-        finally:
-            chrome.close()
+            page.screenshot(path=str(args.out))
         env = {**os.environ, "MEMCTL_EMBED__MODEL": "hash"}
         approve = subprocess.run(
             [sys.executable, "-m", "memory_core.cli", "review", "approve", batch_id,

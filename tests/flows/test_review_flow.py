@@ -109,7 +109,9 @@ def test_cli_approve_resumes_a_waiting_run_and_facts_appear(batch):
     schema, description = _form(run_id)
     assert {"reviewer", "decision", "items", "reason", "edits"} <= set(schema["properties"])
     assert f"# Review batch `{batch_id}`" in description
-    assert "owner = Jin" in description
+    assert f"memctl review show {batch_id}" in description  # where to read the items
+    for private in ("Jin", "team-a", "The owner is"):  # Prefect keeps the form: no memory text
+        assert private not in description and private not in json.dumps(schema)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env.update(MEMCTL_EMBED__MODEL="hash", PREFECT_API_URL=PREFECT_API_URL.value())
     cli = subprocess.run(

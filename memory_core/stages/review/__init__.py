@@ -6,7 +6,8 @@ whether it came from the CLI, the Prefect form or auto-approval; staleness batch
 ``staleness.settle``.
 
 Modules: ``stage`` (build and decide batches), ``decisions`` (what a reviewer can say),
-``summary`` (what a reviewer reads).
+``summary`` (what a reviewer reads), ``card`` (what may leave our stores for Prefect's form
+and artifacts: ids and counts).
 """
 
 from memory_core.stages._exports import lazy_exports
@@ -17,5 +18,6 @@ __all__, __getattr__ = lazy_exports(
         "stage": ["DecisionResult", "ReviewBatchResult", "build_review_batches", "decide_batch"],
         "decisions": ["ItemEdit", "ReviewRequest"],
         "summary": ["batch_summary", "summary_markdown"],
+        "card": ["card_rows", "refusal_note", "review_card"],
     },
 )
