@@ -160,6 +160,58 @@ def test_form_decision_commits_through_the_flow(batch):
     assert f"review-{batch_id.replace('_', '-')}" in keys
 
 
+def test_the_form_requires_only_a_reviewer_and_blank_rows_change_nothing():
+    schema = ReviewDecision.with_initial_data(description="d").model_json_schema()
+    assert schema["required"] == ["reviewer"]  # the UI marks every other field optional
+    assert schema["properties"]["reviewer"]["minLength"] == 1
+    # what the Prefect UI sends for an edit row added and left blank, and an untouched field
+    blank_row = {"candidate_id": "", "supersede": False, "object": None, "conditions": None,
+                 "preconditions": None, "name": None, "effect": None, "rollback": None,
+                 "valid_from": None}  # fmt: skip
+    answer = ReviewDecision(
+        reviewer=" carol ", reason="", items=["", " c1 "],
+        edits=[blank_row, {"candidate_id": "c1", "object": "", "conditions": {}, "name": "n"}],
+    )  # fmt: skip
+    request = answer.to_request()
+    assert (request.reviewer, request.items) == ("carol", ["c1"])
+    assert {cid: e.model_dump(exclude_defaults=True) for cid, e in request.edits.items()} == {
+        "c1": {"name": "n"}
+    }
+
+
+def test_an_answer_the_batch_cannot_take_is_refused_and_the_run_waits_again(batch):
+    """A rejection without a reason: the run does not fail; the next form says why; a good
+    answer then commits, and the run deletes every input it stored in Prefect."""
+    settings, batch_id = batch
+    thread, out = _start(settings, batch_id)
+    run_id = _wait_paused(settings, batch_id, out)
+    from prefect.flow_runs import resume_flow_run
+
+    resume_flow_run(UUID(run_id), run_input={"reviewer": "dan", "decision": "reject"})
+    deadline = time.monotonic() + 120
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            assert "error" not in out, out.get("error")
+            state = client.read_flow_run(UUID(run_id)).state
+            if state.is_paused() and state.state_details.pause_key == "decision-1":
+                break
+            time.sleep(0.5)
+        _schema, description = _form(run_id)
+        assert "**Your last answer was not applied:** reason: a rejection needs a reason" in (
+            description
+        )
+        resume_flow_run(UUID(run_id), run_input={"reviewer": "erin", "decision": "approve"})
+        thread.join(timeout=120)
+        assert not thread.is_alive() and "error" not in out, out.get("error")
+        assert out["result"]["status"] == "approved"
+        assert client.read_flow_run(UUID(run_id)).state.is_completed()
+        left = client.filter_flow_run_input(
+            UUID(run_id), key_prefix="paused-", limit=100, exclude_keys=set()
+        )
+    assert left == []  # the answers (which may quote memory text) are gone from Prefect
+    assert get_batch(open_stores(settings).meta, batch_id).flow_run_id is None
+
+
 def test_nightly_step_builds_batches_as_a_task(batch):
     """The task the nightly flow calls after scoring (build, expire, auto-approve)."""
     from prefect import flow
