@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from memory_core.stores.lance import LanceStore, sql_quote
+from memory_core.stores.filters import in_list, sql_quote, ts_literal
+from memory_core.stores.lance import LanceStore
 from memory_core.stores.schemas import ID_COLUMN
 
 __all__ = [
@@ -33,22 +34,12 @@ __all__ = [
     "existing_ids",
     "list_rows",
     "rows_by_ids",
-    "ts_literal",
     "write_versions",
 ]
 
 MemoryTable = Literal["facts", "procedures"]
 
 JSON_COLUMNS = frozenset({"conditions", "provenance", "sources", "preconditions"})
-
-
-def ts_literal(value: datetime) -> str:
-    """A Lance (DataFusion) timestamp literal in UTC with microseconds."""
-    if value.tzinfo is None:
-        msg = "bitemporal filters need timezone-aware datetimes"
-        raise ValueError(msg)
-    text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return f"TIMESTAMP '{text}'"
 
 
 def bitemporal_filter(as_of: datetime | None, known_at: datetime | None) -> str:
@@ -84,10 +75,6 @@ def _and(*clauses: str | None) -> str | None:
     return " AND ".join(f"({c})" for c in kept) if kept else None
 
 
-def _in(column: str, values: Iterable[str]) -> str:
-    return f"{column} IN ({', '.join(sql_quote(v) for v in sorted(set(values)))})"
-
-
 def current_rows(
     lance: LanceStore,
     table: MemoryTable,
@@ -110,7 +97,7 @@ def current_rows(
         f"namespace = {sql_quote(namespace)}",
         "recorded_to IS NULL",
         f"status = {sql_quote(status)}" if status else None,
-        _in(column, values),
+        in_list(column, values),
     )
     return lance.scan(table, where=where).to_pylist()
 
@@ -119,7 +106,7 @@ def rows_by_ids(lance: LanceStore, table: MemoryTable, ids: Iterable[str]) -> li
     ids = list(ids)
     if not ids:
         return []
-    return lance.scan(table, where=_in(ID_COLUMN[table], ids)).to_pylist()
+    return lance.scan(table, where=in_list(ID_COLUMN[table], ids)).to_pylist()
 
 
 def existing_ids(
@@ -130,7 +117,7 @@ def existing_ids(
     if not ids:
         return set()
     id_col = ID_COLUMN[table]
-    where = _and(_in(id_col, ids), f"tenant_id = {sql_quote(tenant_id)}" if tenant_id else None)
+    where = _and(in_list(id_col, ids), f"tenant_id = {sql_quote(tenant_id)}" if tenant_id else None)
     found = lance.scan(table, where=where, columns=[id_col])
     return set(found.column(id_col).to_pylist())
 
@@ -142,7 +129,7 @@ def episodes_by_ids(
     ids = list(ids)
     if not ids:
         return []
-    where = _and(f"tenant_id = {sql_quote(tenant_id)}", _in("episode_id", ids))
+    where = _and(f"tenant_id = {sql_quote(tenant_id)}", in_list("episode_id", ids))
     return lance.scan("episodes", where=where, columns=columns).to_pylist()
 
 

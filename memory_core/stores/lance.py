@@ -16,16 +16,12 @@ import pyarrow as pa
 from lancedb.index import Bitmap, BTree
 
 from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
+from memory_core.stores.filters import sql_quote
 from memory_core.stores.schemas import FILTER_COLUMNS, ID_COLUMN, TABLES, schema_for
 
 __all__ = ["LanceStore", "sql_quote"]
 
 logger = logging.getLogger(__name__)
-
-
-def sql_quote(value: str) -> str:
-    """Quote a string literal for a Lance filter expression."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 class LanceStore:

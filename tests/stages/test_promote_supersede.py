@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memory_core.models import Authority
-from memory_core.stages.promote.stage import _Plan
+from memory_core.stages.promote.plan import PromotionPlan
 from memory_core.stages.promote.supersede import (
     Verdict,
     fact_key,
@@ -131,7 +131,7 @@ def test_plan_keeps_one_current_active_object_per_key(changes):
     rows: dict[str, dict] = {}
     for step, (obj, day, authority, force) in enumerate(changes):
         now = T0 + timedelta(days=40 + step)
-        plan = _Plan("facts", dict(current))
+        plan = PromotionPlan("facts", dict(current))
         new = fact(f"f{step}", obj, day=day, authority=authority, recorded_at=now)
         res = plan.apply(f"c{step}", fact_key(new), new, now=now, force=force)
         for rid, row in {**plan.close, **plan.insert}.items():

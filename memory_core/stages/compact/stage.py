@@ -50,15 +50,15 @@ from memory_core.context import RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.models import Authority, Sensitivity, content_hash, stable_id
+from memory_core.stages.forget.purge import delete_records
 from memory_core.stores import Stores
-from memory_core.stores.lance import sql_quote
+from memory_core.stores.filters import sql_quote, ts_literal
 from memory_core.stores.lineage import Edge, add_edges
 
 __all__ = [
     "CompactResult",
     "compact_episodes",
     "drop_digest_sources",
-    "lance_ts",
     "render_digest_text",
 ]
 
@@ -74,11 +74,6 @@ _LINE = re.compile(
     r"^- (?P<at>\d{4}-\d\d-\d\d \d\d:\d\d)(?: \((?P<outcome>success|failure|partial)\))? "
 )
 MAX_LINE_CHARS = 2000
-
-
-def lance_ts(value: datetime) -> str:
-    """A Lance filter literal for a UTC timestamp."""
-    return "TIMESTAMP '" + value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
 
 
 @dataclass
@@ -183,7 +178,7 @@ def _past_retention(stores: Stores, settings: Settings, now: datetime) -> list[s
         cutoff = now - timedelta(days=policy.ttl_days)
         where = (
             f"status = 'active' AND recorded_to IS NULL AND namespace = {sql_quote(ns)} "
-            f"AND occurred_at < {lance_ts(cutoff)}"
+            f"AND occurred_at < {ts_literal(cutoff)}"
         )
         ids += (
             stores.lance.scan("episodes", where=where, columns=["episode_id"])
@@ -330,8 +325,6 @@ def compact_episodes(
             add_edges(con, edges, now=ctx.now)
         crash_point("compact.lineage_written")
     if chosen:
-        from memory_core.stages.forget.expire import delete_records
-
         deleted = delete_records(stores, "episodes", chosen, ctx=ctx)
         result.deleted_ids = deleted.ids
         result.text_hashes = deleted.text_hashes

@@ -6,10 +6,11 @@ a user deletion reaches every Lance table and old version, every DuckDB table an
 verified, and converges on a rerun after a crash (the request stays pending until its receipt
 is written).
 
-Modules: ``stage`` (entry points the CLI and flows call), ``expire`` (rules, hard delete,
-access log), ``revoke`` (lineage walk), ``user_deletion`` (``memctl forget --subject``),
-``maintain`` (Lance table upkeep), ``rewrite`` (Lance fragment rewrite planned centrally,
-executed on workers, committed once).
+Modules: ``stage`` (entry points the CLI and flows call), ``expire`` (rules, access log),
+``purge`` (hard delete of rows with their DuckDB traces, shared with compact), ``revoke``
+(lineage walk), ``user_deletion`` (``memctl forget --subject``), ``maintain`` (Lance table
+upkeep), ``rewrite`` (Lance fragment rewrite planned centrally, executed on workers, committed
+once).
 """
 
 from memory_core.stages._exports import lazy_exports

@@ -33,24 +33,18 @@ import pyarrow as pa
 
 from memory_core.config import MemoryClass, Settings
 from memory_core.context import RunContext
-from memory_core.embed import text_hash
-from memory_core.models import Episode
-from memory_core.stages.compact.stage import lance_ts
+from memory_core.stages.forget.purge import IN_CHUNK, delete_where
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
-from memory_core.stores.lance import sql_quote
+from memory_core.stores.filters import in_list, sql_quote, ts_literal
 from memory_core.stores.schemas import ID_COLUMN, TABLES
 
 __all__ = [
     "CLASS_OF",
-    "Deleted",
     "ExpireResult",
     "access_log_dir",
-    "delete_records",
-    "delete_where",
     "expire_records",
     "fold_access_log",
-    "text_hashes_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,8 +57,6 @@ CLASS_OF: dict[str, MemoryClass] = {
 }
 BASIS = {"episodes": "occurred_at", "facts": "valid_from", "procedures": "valid_from",
          "digests": "last_at"}  # fmt: skip
-_TEXT_COLUMNS = ["episode_id", "goal", "actions", "conditions", "text", "feedback"]
-_IN_CHUNK = 2000
 
 
 @dataclass
@@ -82,69 +74,6 @@ class ExpireResult:
         }
 
 
-@dataclass
-class Deleted:
-    ids: list[str]
-    text_hashes: list[str]
-    control_plane: dict[str, int]
-
-
-def text_hashes_of(name: str, rows: pa.Table) -> list[str]:
-    """Embedding-cache keys of rows, recomputed exactly as ingest computed them."""
-    if rows.num_rows == 0:
-        return []
-    if name != "episodes":
-        return [text_hash(t) for t in rows.column("text").to_pylist() if t]
-    out = []
-    for row in rows.select(_TEXT_COLUMNS).to_pylist():
-        conditions = json.loads(row["conditions"]) if row["conditions"] else {}
-        episode = Episode.model_construct(**{**row, "conditions": conditions})
-        out.append(text_hash(episode.embedding_text()))
-    return out
-
-
-def _in_list(column: str, ids: list[str]) -> str:
-    return f"{column} IN ({', '.join(sql_quote(i) for i in ids)})"
-
-
-def delete_where(stores: Stores, name: str, where: str, *, ctx: RunContext) -> Deleted:
-    """Hard-delete matching rows of one table (one Lance commit) and their DuckDB traces."""
-    cache = _cache_in_use(stores)  # else the texts are not even read: nothing to key
-    texts = (_TEXT_COLUMNS[1:] if name == "episodes" else ["text"]) if cache else []
-    rows = stores.lance.scan(name, where=where, columns=[ID_COLUMN[name], *texts])
-    if rows.num_rows == 0:
-        return Deleted([], [], {})
-    ids = rows.column(ID_COLUMN[name]).to_pylist()
-    hashes = text_hashes_of(name, rows) if cache else []
-    # DuckDB first: if the Lance delete then fails, a rerun finds the rows again and converges.
-    with stores.meta.transaction() as con:
-        counts = fstore.purge_record_rows(con, record_ids=ids, text_hashes=hashes)
-    stores.lance.delete(name, where)
-    logger.debug("deleted %d rows of %s run=%s", len(ids), name, ctx.run_id)
-    return Deleted(ids, hashes, counts)
-
-
-def delete_records(stores: Stores, name: str, ids: list[str], *, ctx: RunContext) -> Deleted:
-    """Hard-delete rows by id (chunked filters, so one commit per chunk)."""
-    total = Deleted([], [], {})
-    unique = sorted(set(ids))
-    for start in range(0, len(unique), _IN_CHUNK):
-        part = delete_where(
-            stores, name, _in_list(ID_COLUMN[name], unique[start : start + _IN_CHUNK]), ctx=ctx
-        )
-        total.ids += part.ids
-        total.text_hashes += part.text_hashes
-        for key, value in part.control_plane.items():
-            total.control_plane[key] = total.control_plane.get(key, 0) + value
-    return total
-
-
-def _cache_in_use(stores: Stores) -> bool:
-    with stores.meta.connect() as con:
-        row = con.execute("SELECT count(*) > 0 FROM embedding_cache").fetchone()
-    return bool(row and row[0])
-
-
 def _update(stores: Stores, name: str, where: str, values: dict[str, Any]) -> int:
     count = stores.lance.count(name, where)
     if count:
@@ -159,7 +88,7 @@ def _purpose_clauses(settings: Settings, ended: list[tuple[str, str | None]], ba
         scope = f" AND tenant_id = {sql_quote(tenant)}" if tenant else ""
         clauses.append(f"(purpose = {sql_quote(purpose)}{scope})")
     for purpose, days in sorted(settings.forget.purpose_ttl_days.items()):
-        cutoff = lance_ts(now - timedelta(days=days))
+        cutoff = ts_literal(now - timedelta(days=days))
         clauses.append(f"(purpose = {sql_quote(purpose)} AND {basis} < {cutoff})")
     return clauses
 
@@ -181,10 +110,10 @@ def expire_records(stores: Stores, settings: Settings, ctx: RunContext) -> Expir
             grace = timedelta(days=policy.grace_days or 0.0)
             scope = f"recorded_to IS NULL AND namespace = {sql_quote(ns)}"
             # 1. hard delete: expired past grace, or active already past TTL + grace
-            gone = [f"(status = 'expired' AND expires_at <= {lance_ts(now - grace)})",
-                    f"(status = 'active' AND expires_at <= {lance_ts(now - grace)})"]  # fmt: skip
+            gone = [f"(status = 'expired' AND expires_at <= {ts_literal(now - grace)})",
+                    f"(status = 'active' AND expires_at <= {ts_literal(now - grace)})"]  # fmt: skip
             if policy.ttl_days is not None:
-                cutoff = lance_ts(now - timedelta(days=policy.ttl_days) - grace)
+                cutoff = ts_literal(now - timedelta(days=policy.ttl_days) - grace)
                 gone.append(f"(status = 'active' AND {basis} < {cutoff})")
             deleted = delete_where(stores, name, f"{scope} AND ({' OR '.join(gone)})", ctx=ctx)
             _add(result.deleted, name, len(deleted.ids))
@@ -192,12 +121,12 @@ def expire_records(stores: Stores, settings: Settings, ctx: RunContext) -> Expir
                 _add(result.control_plane, key, value)
             # 2. expire at once, keeping an earlier own expires_at
             own = _update(
-                stores, name, f"{scope} AND status = 'active' AND expires_at <= {lance_ts(now)}",
+                stores, name, f"{scope} AND status = 'active' AND expires_at <= {ts_literal(now)}",
                 {"status": "expired"},
             )  # fmt: skip
             rules = list(purpose)
             if policy.ttl_days is not None:
-                cutoff = lance_ts(now - timedelta(days=policy.ttl_days))
+                cutoff = ts_literal(now - timedelta(days=policy.ttl_days))
                 rules.append(f"{basis} < {cutoff}")
             ttl = 0
             if rules:
@@ -227,8 +156,8 @@ def _decay(stores: Stores, settings: Settings, name: str, ns: str, scope: str, n
         default_importance=settings.forget.default_importance,
         floor=policy.decay_floor, cap=policy.max_per_subject,
     )  # fmt: skip
-    for start in range(0, len(victims), _IN_CHUNK):
-        where = _in_list(id_col, victims[start : start + _IN_CHUNK])
+    for start in range(0, len(victims), IN_CHUNK):
+        where = in_list(id_col, victims[start : start + IN_CHUNK])
         stores.lance.update(name, where, {"status": "expired", "expires_at": now})
     return len(victims)
 

@@ -35,7 +35,8 @@ from memory_core.context import RunContext
 from memory_core.embed import Embedder
 from memory_core.stages.cluster.leader import episode_features, unit_rows
 from memory_core.stages.cluster.stage import _error_code, _label
-from memory_core.stages.forget.expire import access_log_dir, text_hashes_of
+from memory_core.stages.forget.expire import access_log_dir
+from memory_core.stages.forget.purge import text_hashes_of
 from memory_core.stages.forget.revoke import remove_sources
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore

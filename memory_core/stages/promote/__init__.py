@@ -7,11 +7,12 @@ never overwritten; each table changes in one commit, and lineage, outcomes, audi
 in one DuckDB transaction.
 
 Modules: ``stage`` (commit and preview), ``commit_gate`` (authority at commit time),
-``supersede`` (pure supersession rules), ``rows`` (derived rows and lineage edges).
+``supersede`` (pure supersession rules), ``plan`` (a commit's pending writes per table),
+``rows`` (derived rows and lineage edges), ``result`` (what a commit did).
 """
 
 from memory_core.stages._exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(
-    __name__, {"stage": ["CommitResult", "commit_candidates", "preview_candidates"]}
+    __name__, {"stage": ["commit_candidates", "preview_candidates"], "result": ["CommitResult"]}
 )

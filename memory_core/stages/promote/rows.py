@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memory_core.models import Candidate, Status, canonical_json, stable_id
 from memory_core.stages.promote.commit_gate import GateResult
+from memory_core.stages.promote.plan import PromotionPlan
 from memory_core.stages.promote.supersede import normalise, row_hash
 from memory_core.stores.facts import episodes_by_ids, existing_ids
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lineage import Edge
-
-if TYPE_CHECKING:
-    from memory_core.stages.promote.stage import _Plan
 
 __all__ = ["evidence_episodes", "fact_row", "lineage_for", "procedure_row"]
 
@@ -186,7 +184,7 @@ def procedure_row(
 
 
 def lineage_for(
-    lance: LanceStore, plans: Iterable[_Plan], episodes: Mapping[str, Mapping[str, Any]]
+    lance: LanceStore, plans: Iterable[PromotionPlan], episodes: Mapping[str, Mapping[str, Any]]
 ) -> list[Edge]:
     """Edges of every row a commit inserts (see the module docstring)."""
     edges: list[Edge] = []

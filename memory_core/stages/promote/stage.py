@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +37,8 @@ from memory_core.models import (
 from memory_core.stages.extract.statements import with_extracted_claims
 from memory_core.stages.mine.counterexamples import format_conditions
 from memory_core.stages.promote.commit_gate import GateResult, check_candidate
+from memory_core.stages.promote.plan import PromotionPlan
+from memory_core.stages.promote.result import CommitResult
 from memory_core.stages.promote.rows import (
     evidence_episodes,
     fact_row,
@@ -50,143 +51,19 @@ from memory_core.stages.promote.supersede import (
     fact_key,
     next_version,
     procedure_key,
-    resolve,
     row_hash,
-    superseded_version,
 )
 from memory_core.stages.review.decisions import is_twin
 from memory_core.stages.staleness.canary import unused_version
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
-from memory_core.stores.facts import current_rows, existing_ids, write_versions
+from memory_core.stores.facts import existing_ids, write_versions
 from memory_core.stores.lineage import add_edges
 from memory_core.stores.review import set_candidate_outcomes
 
 __all__ = ["CommitResult", "commit_candidates", "preview_candidates"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class CommitResult:
-    """What one commit did, per candidate; ``as_dict`` is what the CLI and flows print."""
-
-    batch_id: str | None
-    reviewer: str
-    promoted: dict[str, str] = field(default_factory=dict)  # candidate -> row id
-    superseded: dict[str, str] = field(default_factory=dict)  # old row id -> new row id
-    versions: dict[str, str] = field(default_factory=dict)  # superseded version -> old row id
-    unchanged: list[str] = field(default_factory=list)
-    conflicts: dict[str, str] = field(default_factory=dict)
-    refused: dict[str, str] = field(default_factory=dict)
-    facts: list[str] = field(default_factory=list)
-    procedures: list[str] = field(default_factory=list)
-    lineage_edges: int = 0
-
-    def counts(self) -> dict[str, int]:
-        return {
-            "promoted": len(self.promoted),
-            "facts": len(self.facts),
-            "procedures": len(self.procedures),
-            "superseded": len(self.superseded),
-            "unchanged": len(self.unchanged),
-            "conflicts": len(self.conflicts),
-            "refused": len(self.refused),
-            "lineage_edges": self.lineage_edges,
-        }
-
-    def merge(self, other: CommitResult) -> CommitResult:
-        """Fold another commit of the same batch (another reviewer's items) into this one."""
-        self.promoted.update(other.promoted)
-        self.superseded.update(other.superseded)
-        self.unchanged.extend(other.unchanged)
-        self.conflicts.update(other.conflicts)
-        self.refused.update(other.refused)
-        self.facts.extend(other.facts)
-        self.procedures.extend(other.procedures)
-        self.lineage_edges += other.lineage_edges
-        if other.reviewer != self.reviewer:
-            self.reviewer = ", ".join(sorted({*self.reviewer.split(", "), other.reviewer}))
-        return self
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "batch_id": self.batch_id,
-            "reviewer": self.reviewer,
-            **self.counts(),
-            "promoted_ids": dict(sorted(self.promoted.items())),
-            "superseded_ids": dict(sorted(self.superseded.items())),
-            "conflict_reasons": dict(sorted(self.conflicts.items())),
-            "refused_reasons": dict(sorted(self.refused.items())),
-        }
-
-
-@dataclass
-class _Plan:
-    """Pending writes of one table; rows are keyed by id so a row made in this commit and
-    superseded in the same commit is written once, in its final form."""
-
-    table: str
-    current: dict[Any, dict[str, Any]]
-    close: dict[str, dict[str, Any]] = field(default_factory=dict)
-    insert: dict[str, dict[str, Any]] = field(default_factory=dict)
-    outcome: dict[str, tuple[Resolution, str | None]] = field(default_factory=dict)
-    superseded: dict[str, str] = field(default_factory=dict)  # old row id -> new row id
-    versions: dict[str, str] = field(default_factory=dict)  # superseded version -> old row id
-
-    def apply(
-        self, cid: str, key: Any, row: dict[str, Any], *, now: datetime, force: bool
-    ) -> Resolution:
-        id_col = "fact_id" if self.table == "facts" else "procedure_id"
-        old = self.current.get(key)
-        res = resolve(self.table, old, row, force=force)
-        if res.verdict is Verdict.unchanged:
-            assert old is not None
-            self.outcome[cid] = (res, old[id_col])
-            return res
-        if res.verdict is Verdict.conflict:
-            self.outcome[cid] = (res, None)
-            return res
-        if res.verdict is Verdict.supersede:
-            assert old is not None
-            closed, version = superseded_version(
-                self.table, old, now=now, valid_to=row["valid_from"], superseded_by=row[id_col]
-            )
-            if old[id_col] in self.insert:  # made in this commit: never current to anyone
-                self.insert[old[id_col]] = closed
-            else:
-                self.close[old[id_col]] = closed
-            self.insert[version[id_col]] = version
-            self.superseded[old[id_col]] = row[id_col]
-            self.versions[version[id_col]] = old[id_col]
-            row["supersedes"] = version[id_col]
-            row["content_hash"] = row_hash(self.table, row)
-        self.insert[row[id_col]] = row
-        self.current[key] = row
-        self.outcome[cid] = (res, row[id_col])
-        return res
-
-
-def _load_current(stores: Stores, table: str, rows: Sequence[dict[str, Any]]) -> dict[Any, Any]:
-    key_of = fact_key if table == "facts" else procedure_key
-    column = "predicate" if table == "facts" else "name"
-    out: dict[Any, dict[str, Any]] = {}
-    scopes: dict[tuple[str, str], set[str]] = {}
-    for row in rows:
-        scopes.setdefault((row["tenant_id"], row["namespace"]), set()).add(row[column])
-    for (tenant, namespace), values in sorted(scopes.items()):
-        for row in current_rows(
-            stores.lance, table, tenant_id=tenant, namespace=namespace, column=column,
-            values=values, status=None,
-        ):  # fmt: skip
-            # a contested or stale fact is still the current one: a new statement that meets
-            # the bar supersedes it as it would an active one (stages/staleness)
-            if row["status"] in _CURRENT:
-                out[key_of(row)] = row
-    return out
-
-
-_CURRENT = frozenset({"active", "contested", "stale"})
 
 
 def _twin_spec(twin: Candidate, procedure: Candidate) -> Candidate:
@@ -217,7 +94,7 @@ class _Commit:
 
     def plan(
         self, candidates: Sequence[Candidate]
-    ) -> tuple[_Plan, _Plan, dict[str, Mapping[str, Any]]]:
+    ) -> tuple[PromotionPlan, PromotionPlan, dict[str, Mapping[str, Any]]]:
         # extracted user statements (stages/extract) count as the gate's user claims too
         episodes = with_extracted_claims(
             self.stores.meta, evidence_episodes(self.stores.lance, candidates)
@@ -235,9 +112,7 @@ class _Commit:
             for c in procs
             if self.gates[c.candidate_id].refusal is None
         }
-        proc_plan = _Plan(
-            "procedures", _load_current(self.stores, "procedures", [*proc_rows.values()])
-        )
+        proc_plan = PromotionPlan.for_rows(self.stores, "procedures", [*proc_rows.values()])
         for cand in sorted(procs, key=lambda c: c.candidate_id):
             row = proc_rows.get(cand.candidate_id)
             if row is None:
@@ -256,9 +131,7 @@ class _Commit:
                 force=bool(cand.stats.get("force_supersede")),
             )  # fmt: skip
         if self.settings.staleness.canary_fraction > 0 and not self.ctx.dry_run:
-            from memory_core.stages.staleness.canary import hold_back
-
-            hold_back(proc_plan)  # new versions serve a fraction of subjects first
+            proc_plan.hold_back_canaries()  # new versions serve a fraction of subjects first
         fact_rows: dict[str, dict[str, Any]] = {}
         for cand in facts:
             gate = self.gates[cand.candidate_id]
@@ -272,13 +145,13 @@ class _Commit:
                 fact_rows[cand.candidate_id] = fact_row(
                     cand, gate, episodes, now=now, approver=self.reviewer
                 )
-        fact_plan = _Plan("facts", _load_current(self.stores, "facts", [*fact_rows.values()]))
+        fact_plan = PromotionPlan.for_rows(self.stores, "facts", [*fact_rows.values()])
         forced = {c.candidate_id for c in facts if c.stats.get("force_supersede")}
         for cid, row in sorted(fact_rows.items(), key=lambda kv: (kv[1]["valid_from"], kv[0])):
             fact_plan.apply(cid, fact_key(row), row, now=now, force=cid in forced)
         return proc_plan, fact_plan, episodes
 
-    def _follow(self, twin_id: str, proc_id: str, plan: _Plan) -> bool:
+    def _follow(self, twin_id: str, proc_id: str, plan: PromotionPlan) -> bool:
         """Give a twin its procedure's outcome when that is not a commit; True if it did."""
         gate = self.gates.get(proc_id)
         if gate is not None and gate.refusal is not None:
@@ -294,7 +167,7 @@ class _Commit:
             return True
         return False
 
-    def embed(self, plans: Iterable[_Plan]) -> None:
+    def embed(self, plans: Iterable[PromotionPlan]) -> None:
         fresh = [r for p in plans for r in p.insert.values() if r.get("vector") is None]
         if not fresh:
             return
@@ -304,7 +177,7 @@ class _Commit:
             row["vector"] = [float(x) for x in vec]
             row["embedding_version"] = embedder.version
 
-    def write(self, plan: _Plan) -> None:
+    def write(self, plan: PromotionPlan) -> None:
         have = existing_ids(self.stores.lance, plan.table, plan.insert)
         inserts = [r for rid, r in plan.insert.items() if rid not in have]
         closes = list(plan.close.values())
@@ -313,7 +186,7 @@ class _Commit:
         write_versions(self.stores.lance, plan.table, close=closes, insert=inserts)
 
     def outcomes(
-        self, plans: Sequence[_Plan]
+        self, plans: Sequence[PromotionPlan]
     ) -> dict[str, tuple[CandidateStatus, str, dict[str, Any]]]:
         now = self.ctx.now.isoformat()
         out: dict[str, tuple[CandidateStatus, str, dict[str, Any]]] = {}
@@ -359,7 +232,9 @@ class _Commit:
                 )
         return out
 
-    def record(self, plans: Sequence[_Plan], episodes: Mapping[str, Mapping[str, Any]]) -> None:
+    def record(
+        self, plans: Sequence[PromotionPlan], episodes: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         """Lineage, candidate outcomes, audit events and the receipt: one DuckDB transaction."""
         outcomes = self.outcomes(plans)
         if self.ctx.dry_run:

@@ -15,8 +15,8 @@ from memory_core.stages._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
-        "stage": ["DecisionResult", "ReviewBatchResult", "build_review_batches", "decide_batch"],
-        "decisions": ["ItemEdit", "ReviewRequest"],
+        "stage": ["ReviewBatchResult", "build_review_batches", "decide_batch"],
+        "decisions": ["DecisionResult", "ItemEdit", "ReviewRequest"],
         "summary": ["batch_summary", "summary_markdown"],
         "card": ["card_rows", "refusal_note", "review_card"],
     },

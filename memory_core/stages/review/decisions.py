@@ -8,13 +8,26 @@ can never widen what a memory claims: a wider rule would rest on evidence nobody
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory_core.errors import InvalidReview, ReviewClosed
 from memory_core.models import Candidate, CandidateKind, ClaimSpec, ProcedureSpec, UtcDatetime
+from memory_core.stages.promote.result import CommitResult
+from memory_core.stores.review import BatchRow, BatchStatus, Decision, ItemRow
 
-__all__ = ["AUTO_REVIEWER", "EditError", "ItemEdit", "ReviewRequest", "apply_edit", "is_twin"]
+__all__ = [
+    "AUTO_REVIEWER",
+    "DecisionResult",
+    "EditError",
+    "ItemEdit",
+    "ReviewRequest",
+    "apply_edit",
+    "is_twin",
+    "validate_request",
+]
 
 AUTO_REVIEWER = "memctl:auto-approval"
 """The reviewer name of auto-approval; the gate refuses it for anything but preferences."""
@@ -119,3 +132,69 @@ def apply_edit(candidate: Candidate, edit: ItemEdit | None) -> Candidate:
         stats["force_supersede"] = True
     update["stats"] = stats
     return candidate.model_copy(update=update)
+
+
+@dataclass
+class DecisionResult:
+    batch_id: str
+    decision: str
+    reviewer: str
+    status: str
+    decided: list[str] = field(default_factory=list)
+    already_decided: list[str] = field(default_factory=list)
+    followers: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    commit: CommitResult | None = None
+    flow_run_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "decision": self.decision,
+            "reviewer": self.reviewer,
+            "status": self.status,
+            "decided": list(self.decided),
+            "already_decided": list(self.already_decided),
+            "twins_following": list(self.followers),
+            "stale": list(self.stale),
+            "commit": self.commit.as_dict() if self.commit else None,
+            "flow_run_id": self.flow_run_id,
+        }
+
+
+def validate_request(
+    batch: BatchRow, items: dict[str, ItemRow], request: ReviewRequest
+) -> tuple[list[str], list[str]]:
+    """(undecided targets, targets already decided the same way); raises on a bad request.
+
+    Shared by candidate batches (``stage.decide_batch``) and record batches
+    (``staleness.settle``): the same rules for what a reviewer may ask.
+    """
+    for cid in request.items:
+        if cid not in items:
+            msg = f"not an item of this batch (see `memctl review show {batch.batch_id}`)"
+            raise InvalidReview(batch.batch_id, msg, candidate_id=cid, field="items")
+    if request.decision == "reject" and not request.reason.strip():
+        raise InvalidReview(batch.batch_id, "a rejection needs a reason (--reason)", field="reason")
+    if batch.status == BatchStatus.expired:
+        hint = (
+            "its candidates went back to the queue; the next nightly run puts them in a new batch"
+        )
+        raise ReviewClosed(batch.batch_id, "expired", hint)
+    decision = Decision.approve.value if request.decision == "approve" else Decision.reject.value
+    targets = request.items or sorted(items)
+    undecided = [t for t in targets if items[t].decision is None]
+    same = [t for t in targets if items[t].decision == decision]
+    other = [t for t in targets if items[t].decision not in (None, decision)]
+    if other and (request.items or not undecided):
+        first = items[other[0]]
+        hint = (
+            f"item {first.candidate_id} was already decided ({first.decision}) by "
+            f"{first.reviewer}; decisions are final"
+        )
+        raise ReviewClosed(batch.batch_id, batch.status, hint)
+    for cid in request.edits:
+        if cid not in undecided or request.decision != "approve":
+            msg = "edits apply only to items being approved now"
+            raise InvalidReview(batch.batch_id, msg, candidate_id=cid, field="edits")
+    return undecided, same

@@ -31,17 +31,21 @@ from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
-from memory_core.errors import InvalidReview, NotFound, ReviewClosed
+from memory_core.errors import InvalidReview, NotFound
 from memory_core.models import Candidate, CandidateKind, CandidateStatus, stable_id
-from memory_core.stages.promote.stage import CommitResult, commit_candidates
+from memory_core.stages.promote.result import CommitResult
+from memory_core.stages.promote.stage import commit_candidates
 from memory_core.stages.review.decisions import (
     AUTO_REVIEWER,
+    DecisionResult,
     EditError,
     ItemEdit,
     ReviewRequest,
     apply_edit,
     is_twin,
+    validate_request,
 )
+from memory_core.stages.staleness.settle import RECORD_KINDS, decide_record_batch
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.candidates import list_candidates
@@ -97,34 +101,6 @@ class ReviewBatchResult:
             "twins_attached": self.twins_attached,
             "auto_approved": list(self.auto_approved),
             "items_by_partition": dict(sorted(self.partitions.items())),
-        }
-
-
-@dataclass
-class DecisionResult:
-    batch_id: str
-    decision: str
-    reviewer: str
-    status: str
-    decided: list[str] = field(default_factory=list)
-    already_decided: list[str] = field(default_factory=list)
-    followers: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)
-    commit: CommitResult | None = None
-    flow_run_id: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "batch_id": self.batch_id,
-            "decision": self.decision,
-            "reviewer": self.reviewer,
-            "status": self.status,
-            "decided": list(self.decided),
-            "already_decided": list(self.already_decided),
-            "twins_following": list(self.followers),
-            "stale": list(self.stale),
-            "commit": self.commit.as_dict() if self.commit else None,
-            "flow_run_id": self.flow_run_id,
         }
 
 
@@ -294,40 +270,6 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
     return result
 
 
-def _validate(
-    batch: BatchRow, items: dict[str, ItemRow], request: ReviewRequest
-) -> tuple[list[str], list[str]]:
-    """(undecided targets, targets already decided the same way); raises on a bad request."""
-    for cid in request.items:
-        if cid not in items:
-            msg = f"not an item of this batch (see `memctl review show {batch.batch_id}`)"
-            raise InvalidReview(batch.batch_id, msg, candidate_id=cid, field="items")
-    if request.decision == "reject" and not request.reason.strip():
-        raise InvalidReview(batch.batch_id, "a rejection needs a reason (--reason)", field="reason")
-    if batch.status == BatchStatus.expired:
-        hint = (
-            "its candidates went back to the queue; the next nightly run puts them in a new batch"
-        )
-        raise ReviewClosed(batch.batch_id, "expired", hint)
-    decision = Decision.approve.value if request.decision == "approve" else Decision.reject.value
-    targets = request.items or sorted(items)
-    undecided = [t for t in targets if items[t].decision is None]
-    same = [t for t in targets if items[t].decision == decision]
-    other = [t for t in targets if items[t].decision not in (None, decision)]
-    if other and (request.items or not undecided):
-        first = items[other[0]]
-        hint = (
-            f"item {first.candidate_id} was already decided ({first.decision}) by "
-            f"{first.reviewer}; decisions are final"
-        )
-        raise ReviewClosed(batch.batch_id, batch.status, hint)
-    for cid in request.edits:
-        if cid not in undecided or request.decision != "approve":
-            msg = "edits apply only to items being approved now"
-            raise InvalidReview(batch.batch_id, msg, candidate_id=cid, field="edits")
-    return undecided, same
-
-
 def _edited(
     batch_id: str, cands: Sequence[Candidate], edits: dict[str, ItemEdit]
 ) -> list[Candidate]:
@@ -361,12 +303,10 @@ def decide_batch(
     if state is None:
         what, hint = "review batch", "list batches with `memctl review list`"
         raise NotFound(what, batch_id, hint)
-    from memory_core.stages.staleness.settle import RECORD_KINDS, decide_record_batch
-
     if state.batch.kind in RECORD_KINDS:  # items are records (stale, contested, rolled back)
         return decide_record_batch(stores, settings, ctx, state, request)
     batch, items, cands = state.batch, dict(state.items), dict(state.candidates)
-    undecided, same = _validate(batch, items, request)
+    undecided, same = validate_request(batch, items, request)
     # A candidate that changed since it was batched (re-mined, forgotten) is decided no further:
     # the reviewer saw an older version. It comes back in a new batch once it is scored again.
     fresh = [

@@ -1,10 +1,11 @@
 """Canary: a newly approved procedure version is served to a fraction of subjects first.
 
 With ``staleness.canary_fraction`` > 0, approving a new version of a procedure that has an
-active version does not supersede it at once (``hold_back``, called by the promotion commit):
-the new row is written with status ``canary`` and ``supersedes`` pointing at the stable row,
-which stays active. The read path serves the canary to the subjects ``read.canary.in_canary``
-picks (deterministic by subject hash) and the stable version to everyone else.
+active version does not supersede it at once (``PromotionPlan.hold_back_canaries``, in the
+promotion commit): the new row is written with status ``canary`` and ``supersedes`` pointing at
+the stable row, which stays active. The read path serves the canary to the subjects
+``read.canary.in_canary`` picks (deterministic by subject hash) and the stable version to
+everyone else.
 
 The nightly run (``outcomes.judge_procedures``) then either promotes the canary
 (``promote_canary``: at least ``staleness.canary_successes`` reported successes and no breach
@@ -14,7 +15,7 @@ rolls it back (deprecated; the stable version simply keeps serving). Both are au
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memory_core.context import RunContext
 from memory_core.models import stable_id
@@ -24,30 +25,7 @@ from memory_core.stores.facts import rows_by_ids, write_versions
 from memory_core.stores.lineage import Edge, add_edges
 from memory_core.stores.sources import CanaryRow, upsert_canary
 
-if TYPE_CHECKING:
-    from memory_core.stages.promote.stage import _Plan
-
-__all__ = ["hold_back", "promote_canary", "register_canary", "unused_version"]
-
-
-def hold_back(plan: _Plan) -> list[str]:
-    """Turn the plan's procedure supersessions into canaries; return the canary row ids."""
-    held = []
-    for old_id, new_id in sorted(plan.superseded.items()):
-        if old_id in plan.insert or new_id not in plan.insert:
-            continue  # made in this commit: nobody was ever served it
-        for version_id, source in list(plan.versions.items()):
-            if source == old_id:
-                plan.versions.pop(version_id)
-                plan.insert.pop(version_id, None)
-        plan.close.pop(old_id, None)
-        plan.superseded.pop(old_id)
-        row = plan.insert[new_id]
-        row["status"] = "canary"
-        row["supersedes"] = old_id
-        row["content_hash"] = row_hash("procedures", row)
-        held.append(new_id)
-    return held
+__all__ = ["promote_canary", "register_canary", "unused_version"]
 
 
 def register_canary(stores: Stores, row: dict[str, Any], fraction: float) -> None:

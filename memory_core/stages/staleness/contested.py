@@ -39,7 +39,7 @@ from memory_core.stages.staleness.common import (
 )
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
-from memory_core.stores.facts import ts_literal
+from memory_core.stores.filters import ts_literal
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.sources import contest_seen, record_contests
 

@@ -30,8 +30,7 @@ from memory_core.context import RunContext
 from memory_core.errors import InvalidReview
 from memory_core.models import stable_id
 from memory_core.stages.forget.revoke import revoke_source
-from memory_core.stages.review.decisions import ReviewRequest
-from memory_core.stages.review.stage import DecisionResult, _validate
+from memory_core.stages.review.decisions import DecisionResult, ReviewRequest, validate_request
 from memory_core.stages.staleness.common import REVIEW_KINDS, current_rows, set_fields
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
@@ -121,7 +120,7 @@ def decide_record_batch(
 ) -> RecordDecisionResult:
     """Apply ``request`` to a revalidate, settle or failures batch (see the module docstring)."""
     batch, items = state.batch, dict(state.items)
-    undecided, same = _validate(batch, items, request)
+    undecided, same = validate_request(batch, items, request)
     if request.edits:
         msg = f"edits do not apply to a {batch.kind} batch: approve or reject the records"
         raise InvalidReview(batch.batch_id, msg, field="edits")

@@ -1,0 +1,49 @@
+"""Literals of Lance filter expressions (DataFusion SQL): strings, timestamps, IN lists.
+
+One place for them, so every stage quotes a value the same way and no stage imports another
+for a helper. Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+__all__ = ["in_list", "sql_quote", "ts_literal"]
+
+
+def sql_quote(value: str) -> str:
+    """Quote a string literal for a Lance filter expression.
+
+    Examples
+    --------
+    >>> sql_quote("it's")
+    "'it''s'"
+    """
+    return "'" + value.replace("'", "''") + "'"
+
+
+def ts_literal(value: datetime) -> str:
+    """A Lance (DataFusion) timestamp literal in UTC with microseconds.
+
+    Examples
+    --------
+    >>> ts_literal(datetime(2026, 7, 5, tzinfo=UTC))
+    "TIMESTAMP '2026-07-05T00:00:00.000000Z'"
+    """
+    if value.tzinfo is None:
+        msg = "Lance timestamp filters need timezone-aware datetimes"
+        raise ValueError(msg)
+    text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return f"TIMESTAMP '{text}'"
+
+
+def in_list(column: str, values: Iterable[str]) -> str:
+    """``column IN (...)`` over the distinct values, sorted (the same filter for the same set).
+
+    Examples
+    --------
+    >>> in_list("fact_id", ["b", "a", "b"])
+    "fact_id IN ('a', 'b')"
+    """
+    return f"{column} IN ({', '.join(sql_quote(v) for v in sorted(set(values)))})"
