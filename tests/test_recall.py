@@ -245,6 +245,31 @@ def test_state_filters_facts_as_it_filters_procedures(lance, memory, embedder):
     assert len(ids(memory.recall("vpn 720 fix", **ask))) == 4  # no state: no filter
 
 
+def test_pitfalls_are_served_where_their_conditions_hold(lance, memory, embedder):
+    """A failure lesson reaches an agent whose stated state matches it, with the procedure."""
+    write_rows(
+        lance,
+        "procedures",
+        [make_row("procedures", embedder, "p-cancel", subject_id=None,
+                  text="cancel reservation: cancel_reservation(reservation_id=$reservation_id)")],
+    )  # fmt: skip
+    write_rows(
+        lance,
+        "facts",
+        [make_row("facts", embedder, "f-pit", subject_id=None, predicate="pitfall:cancel",
+                  text="cancel reservation: cancel_reservation failed 4 of 4 times when "
+                       "membership=basic", conditions={"membership": "basic"})],
+    )  # fmt: skip
+    ask = dict(tenant_id="acme", subject_id="u1", now=NOW)
+    basic = memory.recall("cancel reservation", state={"membership": "basic"}, **ask)
+    assert sorted(ids(basic)) == ["f-pit", "p-cancel"]
+    for state in ({"membership": "gold"}, {}):
+        got = memory.recall("cancel reservation", state=state, **ask)
+        assert ids(got) == ["p-cancel"]
+        [why] = [x["reason"] for x in got.query_record["left_out"] if x["record_id"] == "f-pit"]
+        assert why.startswith("pitfall conditions not in state: membership=basic")
+
+
 @pytest.mark.parametrize("query", ["", "   ", "\t\n"])
 def test_empty_query_is_refused(memory, query):
     with pytest.raises(InvalidRequest, match="query: is empty"):

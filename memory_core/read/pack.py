@@ -85,6 +85,14 @@ def _unmet(preconditions: Mapping[str, Any], state: Mapping[str, str]) -> list[s
     return unmet
 
 
+PITFALL_PREFIX = "pitfall:"
+
+
+def is_pitfall(row: Mapping[str, Any]) -> bool:
+    """A promoted failure lesson (``stages/mine.py``): its predicate is ``pitfall:<problem>``."""
+    return str(row.get("predicate") or "").startswith(PITFALL_PREFIX)
+
+
 def apply_procedure_rules(
     candidates: list[Candidate], state: Mapping[str, str], *, canary: bool = False
 ) -> tuple[list[Candidate], list[tuple[Candidate, str]]]:
@@ -101,6 +109,16 @@ def apply_procedure_rules(
     dropped: list[tuple[Candidate, str]] = []
     latest: dict[tuple[Any, ...], Candidate] = {}
     for cand in candidates:
+        if cand.table == "facts" and is_pitfall(cand.row):
+            # a failure lesson applies where its conditions hold, not merely where nothing
+            # contradicts them: "cancel fails when membership=basic" is noise to a gold member
+            # and to an agent that stated nothing
+            unmet = _unmet(_conditions(cand.row), state)
+            if unmet:
+                dropped.append((cand, "pitfall conditions not in state: " + "; ".join(unmet)))
+                continue
+            keep.append(cand)
+            continue
         if cand.table == "facts" and state:
             conflicts = _contradicted(_conditions(cand.row), state)
             if conflicts:
