@@ -149,6 +149,20 @@ def score_task(
     return score_candidates(stores, settings.score, ctx, sync=sync).as_dict()
 
 
+@task(name="workflow-text", cache_policy=NO_CACHE)
+def workflow_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
+    """Claude's workflow text for procedures that passed the policy (none without a key)."""
+    from memory_core.stages.score.anthropic_scorer import build_client
+    from memory_core.stages.workflow_text import write_workflow_texts
+
+    settings, stores = _stores(settings_data)
+    if not settings.score.workflow_text:
+        return {"skipped": "score.workflow_text = false"}
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    client = build_client(settings.score)
+    return write_workflow_texts(stores, settings.score, ctx, client=client).as_dict()
+
+
 @task(name="build-review-batches", cache_policy=NO_CACHE)
 def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Group scored candidates into bounded review batches; expire undecided old ones."""
@@ -300,6 +314,9 @@ def _consolidate(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso, sync=sync
     ).result()
     crash_point("nightly.scored")
+    workflows = workflow_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
+    ).result()
     batched = review_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
@@ -321,6 +338,7 @@ def _consolidate(
         "results": results,
         "extract": extracted,
         "score": scored,
+        "workflow_text": workflows,
         "review": batched,
         "staleness": staleness,
         "candidates_by_status": dict(sorted(by_status.items())),

@@ -209,6 +209,9 @@ class ScoreConfig(BaseModel):
     price_cache_write_per_mtok: float = Field(default=1.25, ge=0)
     batch_discount: float = Field(default=0.5, ge=0, le=1)
     extract_claims: bool = False
+    workflow_text: bool = Field(
+        default=True, description="Claude words passing procedures (checked against the support)"
+    )
     llm_kinds: list[Literal["semantic", "procedural"]] = Field(
         default_factory=lambda: ["procedural"],
         description="candidate kinds Claude scores; the others get the labelled heuristic",

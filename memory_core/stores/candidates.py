@@ -21,6 +21,7 @@ __all__ = [
     "DECIDED_STATUSES",
     "get_candidates",
     "list_candidates",
+    "merge_candidate_stats",
     "set_candidate_scores",
     "set_candidate_status",
     "upsert_candidates",
@@ -240,4 +241,23 @@ def set_candidate_scores(
                     now,
                     cid,
                 ],
+            )
+
+
+def merge_candidate_stats(
+    meta: MetaStore, stats: dict[str, dict[str, Any]], *, now: datetime
+) -> None:
+    """Merge keys into several candidates' stats (workflow text), nothing else changes."""
+    with meta.transaction() as con:
+        for cid, extra in stats.items():
+            row = con.execute(
+                "SELECT body FROM candidates WHERE candidate_id = ?", [cid]
+            ).fetchone()
+            if row is None:
+                continue
+            body = json.loads(row[0])
+            body["stats"] = {**body.get("stats", {}), **extra}
+            con.execute(
+                "UPDATE candidates SET body = ?, updated_at = ? WHERE candidate_id = ?",
+                [json.dumps(body, sort_keys=True), now, cid],
             )

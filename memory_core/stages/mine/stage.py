@@ -57,7 +57,12 @@ from memory_core.stages.mine.counterexamples import (
     policy_failures,
     wilson_lower_bound,
 )
-from memory_core.step_abstract import AbstractStep, abstract_steps, policy_steps
+from memory_core.step_abstract import (
+    AbstractStep,
+    abstract_steps,
+    policy_steps,
+    step_signature,
+)
 from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
@@ -268,6 +273,8 @@ def _procedural(
     phrase: str,
     version: str,
     shown: list[AbstractStep],
+    observed: dict[str, AbstractStep] | None = None,
+    runs: list[list[str]] | None = None,
 ) -> Candidate:
     steps_text = ", then ".join(a.text() for a in shown)
     cond_text = format_conditions(finding.preconditions)
@@ -305,6 +312,9 @@ def _procedural(
             "abstract_steps": [a.as_dict() for a in shown],
             "world_changing_steps": [a.text() for a in shown if not a.read_only],
             "read_only_steps": [a.text() for a in shown if a.read_only],
+            # what workflow text may name (stages/workflow_text.py checks against these)
+            "observed_steps": [a.text() for a in (observed or {}).values()],
+            "support_runs": (runs or [])[:20],
         },
         cluster_id=cluster_id,
         policy_version=version,
@@ -401,9 +411,9 @@ def _pitfall(
 def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Candidate:
     assert proc.procedure is not None  # built by _procedural
     cond_text = format_conditions(proc.procedure.preconditions)
-    proc = proc.model_copy(update={"stats": {
-        k: v for k, v in proc.stats.items() if k not in ("abstract_steps", "pattern")
-    }})  # fmt: skip
+    drop = ("abstract_steps", "pattern", "observed_steps", "support_runs")
+    stats = {k: v for k, v in proc.stats.items() if k not in drop}
+    proc = proc.model_copy(update={"stats": stats})
     obj = ", then ".join(proc.procedure.steps) + (f" when {cond_text}" if cond_text else "")
     return proc.model_copy(
         update={
@@ -460,7 +470,10 @@ def _mine_clusters(
             goals = [(by_id[e].get("goal") or "", by_id[e].get("subject_id") or "")
                      for e in finding.success_ids]  # fmt: skip
             phrase, key = _problem(finding.conditions, goals)
-            proc = _procedural(finding, partition, cid, by_id, phrase, version, shown)
+            runs = [[step_signature(a) for a in acts] for acts in support]
+            proc = _procedural(
+                finding, partition, cid, by_id, phrase, version, shown, abstract, runs
+            )
             procedural.append(proc)
             twins.append(_twin(proc, partition, key, version))
             pit = _pitfall(finding, proc, partition, by_id, key, settings.policy)
