@@ -97,7 +97,7 @@ class ClusterConfig(BaseModel):
     select_goal_weights: list[float] = Field(default_factory=lambda: [0.5, 1.0])
     select_steps_weights: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 2.0])
     select_thresholds: list[float] = Field(default_factory=lambda: [0.2, 0.3, 0.35, 0.45])
-    select_sample: int = Field(default=400, ge=4, le=5000, description="episodes scored")
+    select_sample: int = Field(default=200, ge=4, le=5000, description="episodes scored")
     seed: int = 0
 
 

@@ -105,8 +105,8 @@ def score_candidates_against_truth(
     for cand in proposed:
         if cand.kind is not CandidateKind.semantic or cand.claim is None:
             continue
-        twin = cand.stats.get("twin_of")
-        if twin:
+        twin = cand.stats.get("twin_of") or cand.stats.get("pitfall_of")
+        if twin:  # an insight twin or a pitfall stands or falls with its procedure
             if procedure_ok.get(twin, False):
                 insights.true_positives += 1
             else:

@@ -20,7 +20,9 @@ __all__ = [
     "STEPS_DIM",
     "LeaderState",
     "assign",
+    "combine",
     "episode_features",
+    "goal_block",
     "merge_provisional",
     "seeds",
     "steps_block",
@@ -61,6 +63,35 @@ def steps_block(signatures: list[tuple[tuple[str, float], ...]]) -> np.ndarray:
     return unit_rows(out) * (np.linalg.norm(out, axis=1, keepdims=True) > 0)
 
 
+def goal_block(goals: list[str | None]) -> np.ndarray:
+    """Hashed bag of words of each goal (unit rows; zeros for an empty goal)."""
+    block = np.zeros((len(goals), GOAL_DIM), dtype=np.float32)
+    texts = [g.strip() if g else "" for g in goals]
+    unique = sorted({t for t in texts if t})
+    if unique:
+        index = {t: i for i, t in enumerate(unique)}
+        embedded = HashEmbedder(GOAL_DIM).embed(unique)
+        rows = [i for i, t in enumerate(texts) if t]
+        block[rows] = embedded[[index[texts[i]] for i in rows]]
+    return block
+
+
+def combine(
+    vectors: np.ndarray,
+    goals: np.ndarray,
+    steps: np.ndarray | None,
+    goal_weight: float,
+    steps_weight: float,
+) -> np.ndarray:
+    """Unit rows of [unit vector, goal_weight * goal block, steps_weight * step block]."""
+    parts = [vectors, goals * goal_weight if goal_weight > 0 else np.zeros_like(goals)]
+    if steps is not None and steps_weight > 0:
+        parts.append((steps * steps_weight).astype(np.float32))
+    else:
+        parts.append(np.zeros((len(vectors), STEPS_DIM), dtype=np.float32))
+    return unit_rows(np.hstack(parts))
+
+
 def episode_features(
     vectors: np.ndarray,
     goals: list[str | None],
@@ -74,19 +105,12 @@ def episode_features(
     always present (zeros when ``steps`` is None) so stored centroids keep one dimension.
     """
     vectors = unit_rows(np.nan_to_num(np.asarray(vectors, dtype=np.float32)))
-    goal_block = np.zeros((len(goals), GOAL_DIM), dtype=np.float32)
-    if goal_weight > 0 and goals:
-        texts = [g.strip() if g else "" for g in goals]
-        unique = sorted({t for t in texts if t})
-        if unique:
-            index = {t: i for i, t in enumerate(unique)}
-            embedded = HashEmbedder(GOAL_DIM).embed(unique)
-            rows = [i for i, t in enumerate(texts) if t]
-            goal_block[rows] = embedded[[index[texts[i]] for i in rows]] * goal_weight
-    step_block = np.zeros((len(vectors), STEPS_DIM), dtype=np.float32)
-    if steps is not None and steps_weight > 0:
-        step_block = (steps * steps_weight).astype(np.float32)
-    return unit_rows(np.hstack([vectors, goal_block, step_block]))
+    goals_hashed = (
+        goal_block(goals)
+        if goal_weight > 0 and goals
+        else np.zeros((len(vectors), GOAL_DIM), dtype=np.float32)
+    )
+    return combine(vectors, goals_hashed, steps, goal_weight, steps_weight)
 
 
 @dataclass
@@ -229,11 +253,18 @@ def merge_provisional(state: LeaderState, first: int, reach_of_key: dict[int, fl
             sims[state.keys[block][:, None] != state.keys[rows][None, :]] = -np.inf
             sims[block[:, None] == rows[None, :]] = -np.inf
             best = np.argmax(sims, axis=1)
-            for i, row in enumerate(block):
-                other = int(rows[best[i]])
-                dist = 1.0 - float(sims[i, best[i]])
-                if dist <= reach_of_key.get(int(state.keys[row]), 0.0):
-                    pairs.append((round(dist, 6), min(row, other), max(row, other)))
+            dist = 1.0 - sims[np.arange(len(block)), best].astype(np.float64)
+            reach = np.array([reach_of_key.get(int(k), 0.0) for k in state.keys[block]])
+            near = np.flatnonzero(dist <= reach)
+            others = rows[best[near]]
+            pairs.extend(
+                zip(
+                    np.round(dist[near], 6).tolist(),
+                    np.minimum(block[near], others).tolist(),
+                    np.maximum(block[near], others).tolist(),
+                    strict=True,
+                )
+            )
         if not pairs:
             break
         busy: set[int] = set()

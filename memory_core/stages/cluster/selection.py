@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from memory_core.config import ClusterConfig
 from memory_core.stages.cluster.leader import LeaderState, assign, merge_provisional
 
-__all__ = ["Choice", "choose", "grid", "mean_silhouette", "sample_rows"]
+__all__ = ["Choice", "choose", "distances", "grid", "mean_silhouette", "sample_rows"]
 
 
 @dataclass(frozen=True)
@@ -88,19 +89,27 @@ def sample_rows(n: int, size: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, size).round().astype(np.int64))
 
 
-def mean_silhouette(features: np.ndarray, labels: np.ndarray) -> float:
+def distances(features: np.ndarray) -> np.ndarray:
+    """Pairwise cosine distances of unit rows (float32: the sample is small)."""
+    return np.clip(1.0 - features @ features.T, 0.0, 2.0)
+
+
+def mean_silhouette(
+    features: np.ndarray, labels: np.ndarray, dist: np.ndarray | None = None
+) -> float:
     """Mean silhouette with cosine distance; -1 without at least two clusters of >1 point.
 
     Singletons score 0 (the usual convention), so a clustering of mostly singletons scores
-    near 0, below any clustering with real, separated groups.
+    near 0, below any clustering with real, separated groups. ``dist`` (from
+    :func:`distances`) can be passed to reuse one matrix across thresholds.
     """
     _, labels = np.unique(labels, return_inverse=True)
     k, n = int(labels.max()) + 1 if len(labels) else 0, len(labels)
     counts = np.bincount(labels, minlength=k)
     if k < 2 or k >= n or (counts > 1).sum() < 1:
         return -1.0
-    dist = np.clip(1.0 - features @ features.T, 0.0, 2.0).astype(np.float64)
-    onehot = np.zeros((n, k))
+    dist = distances(features) if dist is None else dist
+    onehot = np.zeros((n, k), dtype=dist.dtype)
     onehot[np.arange(n), labels] = 1.0
     sums = dist @ onehot  # (n, k): summed distance of each point to each cluster
     own = counts[labels]
@@ -127,21 +136,35 @@ def choose(
     n = len(keys)
     if not config.select or n < 4:
         return Choice.default(config)
-    spaces: dict[tuple[float, float], np.ndarray] = {}
+    # small matrices: one BLAS thread is faster, and on a shared machine a pool of threads
+    # per product was measured 10x slower (bench/consolidate.py, load ~14)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _choose(config, features_for, keys, has_code)
+
+
+def _choose(
+    config: ClusterConfig,
+    features_for: Callable[[float, float], np.ndarray],
+    keys: np.ndarray,
+    has_code: np.ndarray,
+) -> Choice:
+    n = len(keys)
+    spaces: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
     best: tuple[float, tuple[float, float, float]] | None = None
     scores = []
     bonus = np.where(has_code, config.error_code_weight, 0.0)
     for g, s, t in grid(config):
         if (g, s) not in spaces:
-            spaces[(g, s)] = features_for(g, s)
-        feats = spaces[(g, s)]
+            feats = features_for(g, s)
+            spaces[(g, s)] = (feats, distances(feats))
+        feats, dist = spaces[(g, s)]
         state = LeaderState(feats.shape[1])
         labels, _ = assign(feats, keys, t + bonus, state)
         reach = {int(k): t + config.error_code_weight for k in np.unique(keys)}
         for k in np.unique(keys[~has_code]):
             reach[int(k)] = t
         labels = merge_provisional(state, 0, reach)[labels]
-        score = mean_silhouette(feats, labels)
+        score = mean_silhouette(feats, labels, dist)
         clusters = len(np.unique(labels))
         scores.append({"goal_weight": g, "steps_weight": s, "threshold": t,
                        "silhouette": round(score, 4), "clusters": clusters})  # fmt: skip

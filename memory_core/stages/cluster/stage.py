@@ -62,10 +62,12 @@ from memory_core.stages.cluster.leader import (
     STEPS_DIM,
     LeaderState,
     assign,
-    episode_features,
+    combine,
+    goal_block,
     merge_provisional,
     seeds,
     steps_block,
+    unit_rows,
 )
 from memory_core.stages.cluster.selection import Choice, choose, sample_rows
 from memory_core.step_abstract import is_read_only, step_signature
@@ -232,23 +234,25 @@ class _Inputs:
     table: pa.Table
     goals: list[str | None]
     codes: list[str]
-    vectors: np.ndarray
+    vectors: np.ndarray  # unit rows
+    goal_rows: np.ndarray  # hashed goals, unweighted
     step_rows: np.ndarray
 
     def features(self, goal_weight: float, steps_weight: float, rows: Any = None) -> np.ndarray:
+        """Feature rows at one setting: the blocks are built once, only weighted here."""
         take = slice(None) if rows is None else rows
-        goals = self.goals if rows is None else [self.goals[i] for i in rows]
-        return episode_features(
-            self.vectors[take], goals, goal_weight, self.step_rows[take], steps_weight
-        )
+        return combine(self.vectors[take], self.goal_rows[take], self.step_rows[take],
+                       goal_weight, steps_weight)  # fmt: skip
 
 
 def _inputs(table: pa.Table, steps: StepsConfig, namespace: str) -> _Inputs:
+    goals = table.column("goal").to_pylist()
     return _Inputs(
         table=table,
-        goals=table.column("goal").to_pylist(),
+        goals=goals,
         codes=_error_codes(table.column("conditions")),
-        vectors=_vectors(table),
+        vectors=unit_rows(np.nan_to_num(_vectors(table))),
+        goal_rows=goal_block(goals),
         step_rows=_signature_sets(table.column("actions").to_pylist(), steps, namespace),
     )
 
