@@ -348,16 +348,19 @@ def _episodes(
 ) -> list[_Ep]:
     rows = episodes.to_dicts() if isinstance(episodes, pl.DataFrame) else episodes
     out: dict[str, _Ep] = {}
+    patterns: dict[tuple[str, ...], tuple[str, ...]] = {}  # episodes repeat action lists
     for row in rows:
         eid = row["episode_id"]
-        actions = row.get("actions") or ()
+        actions = tuple(row.get("actions") or ())
+        if actions not in patterns:
+            patterns[actions] = pattern_of(actions, steps, namespace)
         out.setdefault(
             eid,
             _Ep(
                 eid,
                 row.get("subject_id"),
                 row.get("session_id"),
-                pattern_of(actions, steps, namespace),
+                patterns[actions],
                 str(row.get("outcome") or "unknown"),
                 _conditions(row.get("conditions")),
                 bool(actions),
