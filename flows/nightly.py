@@ -153,7 +153,7 @@ def score_task(
 def workflow_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Claude's workflow text for procedures that passed the policy (none without a key)."""
     from memory_core.stages.score.anthropic_scorer import build_client
-    from memory_core.stages.workflow_text import write_workflow_texts
+    from memory_core.stages.score.workflow_text import write_workflow_texts
 
     settings, stores = _stores(settings_data)
     if not settings.score.workflow_text:

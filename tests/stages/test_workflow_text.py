@@ -15,7 +15,7 @@ import pytest
 from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.models import Authority, Candidate, CandidateKind, CandidateStatus, ProcedureSpec
-from memory_core.stages.workflow_text import (
+from memory_core.stages.score.workflow_text import (
     WorkflowAnswer,
     check_workflow,
     write_workflow_texts,

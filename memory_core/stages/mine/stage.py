@@ -312,7 +312,7 @@ def _procedural(
             "abstract_steps": [a.as_dict() for a in shown],
             "world_changing_steps": [a.text() for a in shown if not a.read_only],
             "read_only_steps": [a.text() for a in shown if a.read_only],
-            # what workflow text may name (stages/workflow_text.py checks against these)
+            # what workflow text may name (stages/score/workflow_text.py checks against these)
             "observed_steps": [a.text() for a in (observed or {}).values()],
             "support_runs": (runs or [])[:20],
         },
