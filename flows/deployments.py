@@ -21,7 +21,7 @@ same table (``render_prefect_yaml``); tests keep the checked-in file equal to th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -79,25 +79,39 @@ def scheduled_deletions(home: str | None = None, config: str | None = None) -> l
     return deletion_requests(settings_data=settings.model_dump(mode="json"), now_iso=_now())
 
 
-def _run_waits(client: Any, flow_run_id: str) -> str | None:
-    """Why a batch's recorded run still holds it (None: gone or over, so start another)."""
+STUCK_AFTER = timedelta(hours=1)
+"""A promotion-review run is pending or running for seconds between its waits (it waits
+suspended, or paused); one in either state this long lost its process (a killed runner or
+worker never reports), and would hold its batch forever."""
+
+
+def _run_holds(client: Any, flow_run_id: str, now: datetime) -> str | None:
+    """The state in which a batch's recorded run still holds it; None when the run is over,
+    gone or stuck (a stuck one is marked crashed first), so the batch needs another run."""
     from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
 
     try:
         run = client.read_flow_run(UUID(flow_run_id))
     except (ValueError, ObjectNotFound):
         return None
-    if run.state is None or run.state.is_final():
+    state = run.state
+    if state is None or state.is_final():
         return None
-    return run.state.name
+    if (state.is_pending() or state.is_running()) and now - state.timestamp > STUCK_AFTER:
+        msg = f"{state.name} since {state.timestamp:%Y-%m-%d %H:%M} UTC: its process is gone"
+        client.set_flow_run_state(run.id, Crashed(message=msg), force=True)
+        return None
+    return state.name
 
 
 @flow(name="review-dispatch", log_prints=False)
 def review_dispatch(home: str | None = None, config: str | None = None) -> list[str]:
     """Start a top-level ``promotion-review`` run for every open batch no live run holds.
 
-    A batch whose recorded run failed, crashed, was cancelled or is gone gets a new run (its
-    stored form inputs are deleted first), so no batch is stranded. Runs are started with
+    A batch whose recorded run failed, crashed, was cancelled, is gone, or is stuck pending or
+    running (``STUCK_AFTER``) gets a new run (the old run's stored form inputs are deleted
+    first), so no batch is stranded. Runs are started with
     ``as_subflow=False``: Prefect suspends only top-level runs."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
@@ -113,11 +127,11 @@ def review_dispatch(home: str | None = None, config: str | None = None) -> list[
     with get_client(sync_client=True) as client:
         for batch in list_batches(stores.meta, status="open"):
             if batch.flow_run_id:
-                state = _run_waits(client, batch.flow_run_id)
+                state = _run_holds(client, batch.flow_run_id, datetime.now(UTC))
                 if state is not None:
                     continue
                 logger.info(
-                    "batch %s: its run %s is over; starting another",
+                    "batch %s: its run %s is over or stuck; starting another",
                     batch.batch_id, batch.flow_run_id,
                 )  # fmt: skip
                 drop_run_inputs(batch.flow_run_id)

@@ -229,3 +229,34 @@ def test_nightly_step_builds_batches_as_a_task(batch):
     result = tail("2026-07-13T00:00:00+00:00")  # 15 days later: the first batch expired
     assert result["expired_batches"] == [first] and result["returned_to_queue"] == 1
     assert len(result["created_batches"]) == 1
+
+
+def test_a_batch_is_held_only_by_a_live_run_never_by_a_dead_or_stuck_one():
+    """What review-dispatch asks of a batch's recorded run before starting another."""
+    from datetime import timedelta
+    from uuid import uuid4
+
+    from prefect import flow
+    from prefect.states import Cancelled, Failed, Running, Suspended
+
+    from flows.deployments import STUCK_AFTER, _run_holds
+
+    @flow(name="recorded-review-run")
+    def recorded() -> None: ...
+
+    now = datetime.now(UTC)
+    later = now + STUCK_AFTER + timedelta(minutes=1)
+    with get_client(sync_client=True) as client:
+
+        def run(state: Any) -> str:
+            return str(client.create_flow_run(recorded, state=state).id)
+
+        running, waiting = run(Running()), run(Suspended(timeout_seconds=3600 * 24 * 14))
+        assert _run_holds(client, running, now) == "Running"
+        assert _run_holds(client, waiting, later) == "Suspended"  # waits for days, alive
+        assert _run_holds(client, run(Failed()), now) is None
+        assert _run_holds(client, run(Cancelled()), now) is None
+        assert _run_holds(client, str(uuid4()), now) is None  # gone (another server, purged)
+        assert _run_holds(client, "not-a-run-id", now) is None
+        assert _run_holds(client, running, later) is None  # its process died long ago
+        assert client.read_flow_run(UUID(running)).state.is_crashed()
