@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from memory_core.models import Authority, Status
+from memory_core.lifecycle import HISTORICAL, SERVED, STALE
+from memory_core.models import Authority
 from memory_core.stores.lance import sql_quote
 
 __all__ = [
@@ -59,11 +60,6 @@ CLASS_TABLES: dict[MemoryType, tuple[str, ...]] = {
     MemoryType.semantic: ("facts",),
     MemoryType.procedural: ("procedures",),
 }
-
-# Statuses that were the truth for their valid time: admitted for a past as-of only.
-_HISTORICAL = (Status.superseded.value, Status.deprecated.value)
-_STALE = (Status.stale.value,)
-_SERVED = (Status.active.value, Status.contested.value, Status.canary.value)
 
 
 def lance_timestamp(value: datetime) -> str:
@@ -108,11 +104,11 @@ class FilterSpec:
         return self.as_of is not None and self.as_of < self.now
 
     def statuses(self) -> tuple[str, ...]:
-        out: tuple[str, ...] = _SERVED
+        out: tuple[str, ...] = SERVED
         if self.historical:
-            out += _HISTORICAL
+            out += HISTORICAL
         if self.include_stale:
-            out += _STALE
+            out += STALE
         return out
 
 

@@ -39,6 +39,7 @@ from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder, make_embedder
 from memory_core.errors import NotFound
+from memory_core.lifecycle import WITHDRAWN
 from memory_core.models import Candidate, CandidateKind, CandidateStatus
 from memory_core.stages.compact.stage import drop_digest_sources
 from memory_core.stores import Stores
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 
 TABLE_OF_KIND = {"episode": "episodes", "fact": "facts", "procedure": "procedures",
                  "digest": "digests"}  # fmt: skip
-_FINAL = {"revoked", "deleted"}
 
 
 @dataclass
@@ -190,7 +190,7 @@ def remove_sources(
                 lost_edges += [(derived_id, s) for s, _ in sources.get(derived_id, [])
                                if s in out.removed]  # fmt: skip
             continue
-        if not rows or rows[0]["status"] in _FINAL:
+        if not rows or rows[0]["status"] in WITHDRAWN:
             continue
         row = rows[0]
         if delete_subject is not None and row.get("subject_id") == delete_subject:
@@ -331,7 +331,7 @@ def revoke_source(
         what = "source"
         raise NotFound(what, source_id, "give an episode, fact, procedure, digest or corpus id")
     changes: list[dict[str, Any]] = []
-    if found is not None and found[1]["status"] not in _FINAL:
+    if found is not None and found[1]["status"] not in WITHDRAWN:
         table, row = found
         stores.lance.update(
             table, f"{ID_COLUMN[table]} = {sql_quote(source_id)}", {"status": "revoked"}

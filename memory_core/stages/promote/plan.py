@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from memory_core.lifecycle import CURRENT
 from memory_core.stages.promote.supersede import (
     Resolution,
     Verdict,
@@ -117,9 +118,6 @@ def _load_current(stores: Stores, table: str, rows: Sequence[dict[str, Any]]) ->
         ):  # fmt: skip
             # a contested or stale fact is still the current one: a new statement that meets
             # the bar supersedes it as it would an active one (stages/staleness)
-            if row["status"] in _CURRENT:
+            if row["status"] in CURRENT:
                 out[key_of(row)] = row
     return out
-
-
-_CURRENT = frozenset({"active", "contested", "stale"})

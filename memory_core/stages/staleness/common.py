@@ -29,7 +29,6 @@ from memory_core.stores.review import (
 )
 
 __all__ = [
-    "FINAL",
     "REVIEW_KINDS",
     "current_rows",
     "queue_batches",
@@ -40,7 +39,6 @@ __all__ = [
 
 # Review batch kinds whose items are records (fact or procedure ids), not candidates.
 REVIEW_KINDS = ("revalidate", "settle", "failures")
-FINAL = frozenset({"revoked", "deleted", "expired", "superseded", "compacted", "deprecated"})
 
 
 def current_rows(

@@ -24,6 +24,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
+from memory_core.lifecycle import SERVED, STALE
 from memory_core.stages.forget.revoke import _policy_failure, revoke_source
 from memory_core.stages.staleness.common import (
     current_rows,
@@ -44,7 +45,6 @@ logger = logging.getLogger(__name__)
 _TABLES: tuple[MemoryTable, ...] = ("facts", "procedures")
 _ID = {"facts": "fact_id", "procedures": "procedure_id"}
 _KIND = {"facts": "fact", "procedures": "procedure"}
-_LIVE = ("active", "contested", "canary")
 
 
 @dataclass
@@ -86,7 +86,7 @@ def apply_source_revisions(stores: Stores, settings: Settings, ctx: RunContext) 
     for table in _TABLES:
         cited = "sources IS NOT NULL AND sources != '[]'"
         changed = []
-        live = current_rows(stores, table, statuses=(*_LIVE, "stale"), where=cited, vector=False)
+        live = current_rows(stores, table, statuses=(*SERVED, *STALE), where=cited, vector=False)
         for row in live:
             rid = row[_ID[table]]
             if row["status"] == "stale":  # re-queue when its batch expired undecided
@@ -146,7 +146,7 @@ def revoke_deleted_source(
         rows = current_rows(
             stores,
             table,
-            statuses=(*_LIVE, "stale"),
+            statuses=(*SERVED, *STALE),
             where=f"{_ID[table]} = {sql_quote(derived_id)}",
         )
         if not rows:
