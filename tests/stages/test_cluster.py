@@ -165,3 +165,40 @@ def test_leader_folds_fragments_seeded_far_apart() -> None:
 def test_default_reach_credits_a_shared_error_code() -> None:
     config = ClusterConfig()
     assert config.threshold + config.error_code_weight == 0.6
+
+
+def test_silhouette_matches_sklearn_and_degenerate_clusterings_score_minus_one() -> None:
+    from sklearn.metrics import silhouette_score
+
+    from memory_core.stages.cluster.selection import mean_silhouette
+
+    rng = np.random.default_rng(5)
+    feats = unit_rows(rng.standard_normal((60, 16)).astype(np.float32))
+    labels = rng.integers(0, 4, 60)
+    ours = mean_silhouette(feats, labels)
+    assert abs(ours - silhouette_score(feats, labels, metric="cosine")) < 1e-4
+    assert mean_silhouette(feats, np.zeros(60, dtype=int)) == -1.0  # one cluster
+    assert mean_silhouette(feats, np.arange(60)) == -1.0  # only singletons
+
+
+def test_the_choice_is_recorded_and_reused_by_incremental_runs(mem, kit) -> None:
+    from memory_core.stages.cluster.stage import SELECTION_ACTION
+
+    eps = kit.seed_scenario()
+    mem.ingest(eps[:6])
+    first = mem.cluster()
+    chosen = first.selection
+    assert chosen is not None and chosen["method"] == "silhouette" and chosen["grid"]
+    best = max(chosen["grid"], key=lambda r: r["silhouette"])
+    assert (chosen["threshold"], chosen["steps_weight"]) == (
+        best["threshold"],
+        best["steps_weight"],
+    )
+    mem.ingest(eps[6:])
+    later = mem.cluster()
+    assert later.selection is None  # incremental: the recorded choice, not a new one
+    with mem.stores.meta.connect() as con:
+        [(count,)] = con.execute(
+            "SELECT count(*) FROM audit_log WHERE action = ?", [SELECTION_ACTION]
+        ).fetchall()
+    assert count == 1
