@@ -31,7 +31,12 @@ from typing import Any
 from prefect.server.api import server as prefect_server
 from prefect.settings import PREFECT_API_URL
 
-__all__ = ["die_with_parent", "register_ephemeral_server", "start_ephemeral_server"]
+__all__ = [
+    "die_with_parent",
+    "popen_dies_with_parent",
+    "register_ephemeral_server",
+    "start_ephemeral_server",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +56,9 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> Callable[[], 
     return preexec
 
 
-def _popen_dies_with_parent(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
-    """``Popen`` whose child gets SIGTERM when this process dies.
+def popen_dies_with_parent(args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    """``Popen`` whose child gets SIGTERM when this process (its forking thread: call it from
+    the main thread) dies; ``memctl serve``'s own server uses it too.
 
     ``setpriv --pdeathsig`` (util-linux) sets the signal and execs the command: no Python
     code runs between fork and exec, so fork hooks (lancedb warns of deadlocks in forked
@@ -68,7 +74,7 @@ def _popen_dies_with_parent(args: list[str], **kwargs: Any) -> subprocess.Popen[
 class _PopenDiesWithParent:
     """``subprocess`` as Prefect's server module sees it, with ``Popen`` tied to this process."""
 
-    Popen = staticmethod(_popen_dies_with_parent)
+    Popen = staticmethod(popen_dies_with_parent)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)

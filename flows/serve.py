@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from flows.ephemeral import popen_dies_with_parent
 from memory_core.config import Settings
 from memory_core.errors import ConfigError
 
@@ -59,7 +60,8 @@ class LocalServer:
         env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
         # the UI asks the API at 127.0.0.1:4200 unless told otherwise: point it at this port
         env["PREFECT_UI_API_URL"] = self.api_url
-        self.proc = subprocess.Popen(
+        # it exits with memctl, even a SIGKILLed one (no orphan server): flows/ephemeral.py
+        self.proc = popen_dies_with_parent(
             cmd, env=env, stdout=self.log_path.open("ab"), stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + HEALTH_TIMEOUT_S
