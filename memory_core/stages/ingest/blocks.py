@@ -16,7 +16,7 @@ literal, and the rest validates with no vector of its own. Any line that fails a
 vector parse (anything but ``dim`` finite numbers), or validation takes the exact path --
 ``Episode.model_validate_json`` of the whole line, as before -- which also writes every
 error message, so the fast and the exact path store the same rows and report the same
-errors (tests/test_ingest_fast.py ingests the same mixed input both ways).
+errors (tests/stages/ingest/test_ingest_fast.py ingests the same mixed input both ways).
 
 Gating (redaction, claim authority) and the content hash work on the validated model's
 fields: the hash is SHA-256 of the same canonical JSON as before (sorted keys, compact,

@@ -33,7 +33,7 @@ from memory_core.stages.ingest.blocks import VectorParser, process_chunk, split_
 from memory_core.stages.ingest.redact import _SCREEN, Redactor, might_hold_secret, redact_text
 from memory_core.stores import open_stores
 from tests.conftest import NOW, episode
-from tests.test_redaction import CONTEXT, SECRETS
+from tests.stages.ingest.test_redaction import CONTEXT, SECRETS
 
 DIM = 384
 

@@ -20,7 +20,7 @@ from memory_core.stores.lance import LanceStore
 from tests.recall_rows import make_row, write_rows
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_missing_database_fails_fast_and_creates_nothing(tmp_path, embedder):
