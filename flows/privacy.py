@@ -10,11 +10,12 @@ a corrected object), and anything an older version published. ``PrefectStore`` i
   and so are run inputs (forms and answers) of the form-bearing flows;
 * result files under the local result storage that hold a needle are deleted;
 * a Prefect SQLite database under the home (the ephemeral server's, or the one ``memctl serve``
-  starts) has no API for events or logs, and keeps deleted rows in free pages: rows of
-  ``events``, ``event_resources`` and ``log`` holding a needle are deleted in SQL, and so are
-  artifacts and run inputs when no API was reachable; then ``VACUUM`` rewrites the file and
-  the WAL is truncated. A remote server or Prefect Cloud keeps its events for its retention
-  period (Prefect has no API to delete them): which is why nothing we send holds text.
+  starts) is cleaned first, in SQL: rows of ``artifact``, ``artifact_collection``,
+  ``flow_run_input``, ``events``, ``event_resources`` and ``log`` holding a needle (Prefect
+  has no API for events or logs, and deleting an artifact through it emits an event with the
+  data of the version that becomes the latest); then ``VACUUM`` rewrites the file and the WAL
+  is truncated (free pages and old WAL frames keep deleted rows). A remote server or Prefect
+  Cloud keeps its events for its retention period: which is why nothing we send holds text.
 
 Every removed object is listed as ``{"kind", "id"}``; ``residue`` re-reads the same places.
 """
@@ -25,6 +26,7 @@ import logging
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,6 @@ _SQL_TABLES = {  # table: (id column, text columns) searched in a home-local dat
     "artifact_collection": ("id", ("data", "description", "metadata_")),
     "flow_run_input": ("id", ("value",)),
 }
-_API_TABLES = ("artifact", "artifact_collection", "flow_run_input")  # deleted through the API
 
 
 def _api_reachable() -> bool:
@@ -70,11 +71,14 @@ class PrefectStore:
     # -- the Orchestrator protocol ---------------------------------------------------------
 
     def purge(self, needles: Needles) -> list[dict[str, str]]:
-        removed: list[dict[str, str]] = []
+        # The home's own database first, in SQL: deleting an artifact through the API emits
+        # an artifact-collection event carrying the data of the version that becomes the
+        # latest, persisted seconds later, after any scrub. Whatever is left (a remote server,
+        # Prefect Cloud) goes through the API.
+        removed: list[dict[str, str]] = self._purge_sqlite(needles, tables=None)
         if self.use_api:
             removed += self._purge_api(needles)
         removed += self._purge_results(needles)
-        removed += self._purge_sqlite(needles, tables=None if not self.use_api else _NO_API)
         if removed:
             logger.info("prefect: removed %d object(s) holding a forgotten subject", len(removed))
         return removed
@@ -182,9 +186,10 @@ class PrefectStore:
                     con.execute(f'DELETE FROM "{table}" WHERE "{id_col}" = ?', [ident])
                     removed.append({"kind": f"prefect_db.{table}", "id": str(ident)})
                 con.commit()
-                # free pages and the WAL keep deleted rows' bytes until rewritten
-                con.execute("VACUUM")
-                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                if hits or _bytes_hold(db, needles):
+                    # free pages and the WAL keep deleted rows' bytes until rewritten
+                    con.execute("VACUUM")
+                    _truncate_wal(con)
         return removed
 
 
@@ -200,7 +205,22 @@ def _local_storage() -> Path:
     return Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser() / "storage"
 
 
-_NO_API = tuple(t for t in _SQL_TABLES if t not in _API_TABLES)
+def _truncate_wal(con: sqlite3.Connection, *, tries: int = 60) -> bool:
+    """Checkpoint and truncate the WAL: a running server's readers can hold it for a moment,
+    and until it is truncated its old frames keep the deleted rows. True when done."""
+    for _ in range(tries):
+        busy, _log, _done = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if not busy:
+            return True
+        time.sleep(0.5)
+    logger.warning("prefect database WAL still in use; the home scan will report it")
+    return False
+
+
+def _bytes_hold(db: Path, needles: Needles) -> bool:
+    """The database file or its WAL still holds a needle somewhere (a free page, a frame)."""
+    files = [db, db.with_name(db.name + "-wal")]
+    return any(p.is_file() and needles.found_in(p.read_bytes()) for p in files)
 
 
 def _is_sqlite(path: Path) -> bool:

@@ -61,9 +61,11 @@ __all__ = [
     "pending_requests",
     "purge_record_rows",
     "purge_subject_rows",
+    "quotes_left",
     "remaining_members",
     "rewrite_candidates",
     "save_cluster_changes",
+    "scrub_quotes",
     "sources_of_many",
     "subject_candidates",
     "subject_hash",
@@ -397,6 +399,55 @@ def _raw_naming(
         ).fetchall()
         hits += [r[0] for r in rows]
     return sorted(set(hits))
+
+
+# Free text people typed about a batch (a review reason, an audit note) may quote what a
+# subject said; their statements are replaced there, the decision itself stays.
+TYPED_TEXT = (
+    ("review_batches", "reason"),
+    ("review_items", "reason"),
+    ("candidates", "reason"),
+    ("audit_log", "detail"),
+)
+
+
+def scrub_quotes(con: duckdb.DuckDBPyConnection, texts: Sequence[str]) -> int:
+    """Replace the subject's verbatim statements in typed free text; rows changed."""
+    changed = 0
+    for table, column in TYPED_TEXT:
+        for text in sorted(set(texts)):
+            for spelling in _spellings(text):
+                cast = f'"{column}"::VARCHAR'
+                row = con.execute(
+                    f"SELECT count(*) FROM {table} WHERE contains({cast}, ?)", [spelling]
+                ).fetchone()
+                if not row or not row[0]:
+                    continue
+                changed += int(row[0])
+                value = f"replace({cast}, ?, ?)"
+                if column == "detail":
+                    value = f"({value})::JSON"
+                con.execute(
+                    f'UPDATE {table} SET "{column}" = {value} WHERE contains({cast}, ?)',
+                    [spelling, FORGOTTEN, spelling],
+                )
+    return changed
+
+
+def quotes_left(meta: MetaStore, texts: Sequence[str]) -> dict[str, int]:
+    """Rows of typed free text still quoting one of ``texts``: {table: rows}."""
+    hits: dict[str, int] = {}
+    with meta.connect() as con:
+        for table, column in TYPED_TEXT:
+            for text in sorted(set(texts)):
+                for spelling in _spellings(text):
+                    row = con.execute(
+                        f'SELECT count(*) FROM {table} WHERE contains("{column}"::VARCHAR, ?)',
+                        [spelling],
+                    ).fetchone()
+                    if row and row[0]:
+                        hits[table] = hits.get(table, 0) + int(row[0])
+    return hits
 
 
 def purge_record_rows(

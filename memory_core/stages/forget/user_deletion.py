@@ -241,6 +241,9 @@ def forget(
             record_ids=record_ids, text_hashes=hashes, candidate_ids=candidates,
         )  # fmt: skip
         fstore.save_cluster_changes(con, updates, dropped, now=ctx.now)
+        quoted = fstore.scrub_quotes(con, Needles.of([], [], texts).texts)
+        if quoted:
+            control["typed text quoting it"] = quoted
     marks["control_plane"] = time.perf_counter()
     lance_deleted: dict[str, int] = {}
     for name, ids in ids_by_table.items():
@@ -263,6 +266,9 @@ def forget(
     removed = orchestrator.purge(needles) if orchestrator is not None else []
     marks["orchestrator"] = time.perf_counter()
     verification = _verify(stores, settings, target, record_ids, request_id)
+    for table, count in fstore.quotes_left(stores.meta, needles.texts).items():
+        verification["residue"][f"duckdb.{table}.quotes"] = count
+        verification["verified"] = False
     marks["verify"] = time.perf_counter()
     names, stamps = list(marks), [t0, *marks.values()]
     seconds = {n: round(stamps[i + 1] - stamps[i], 3) for i, n in enumerate(names)}
