@@ -64,7 +64,8 @@ SECRET_KINDS = tuple(sorted({kind for kind, _ in _PATTERNS}))
 # The screen, fast: each pattern needs a literal (ASCII text only), and only a pattern whose
 # literal is present is searched. Python's ``re`` tries ``_SCREEN``'s 10-way alternation at
 # every position (~200 ns/char); the ``in`` tests are memchr-fast. Exact, not a heuristic:
-# tests/stages/ingest/test_ingest_fast.py checks ``might_hold_secret(t) == bool(_SCREEN.search(t))``.
+# tests/stages/ingest/test_ingest_fast.py checks
+# ``might_hold_secret(t) == bool(_SCREEN.search(t))``.
 (_PRIVATE_KEY, _BEARER, _SK, _AWS, _GITHUB, _SLACK, _GOOGLE, _URL_PW, _PASSWORD, _CARD) = (
     p for _, p in _PATTERNS
 )
