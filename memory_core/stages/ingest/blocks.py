@@ -291,11 +291,10 @@ class VectorParser:
         if bad.size:
             ok[np.searchsorted(offsets, bad, side="right") - 1] = False
         # an all-zero vector is refused (models.finite_vector): the exact path says so
-        nonzero = np.flatnonzero(flat != 0)
-        has_nonzero = np.zeros(n, bool)
-        if nonzero.size:
-            has_nonzero[np.searchsorted(offsets, nonzero, side="right") - 1] = True
-        ok &= has_nonzero
+        # one pass over the values (reduceat per array); an empty array's result is
+        # meaningless, but it is not ``dim`` long, so not ok anyway
+        padded = np.append(flat != 0, False)
+        ok &= np.logical_or.reduceat(padded, offsets)[:-1]
         if ok.all() and offsets[0] == 0:
             return flat[: n * dim].reshape(n, dim), ok
         out = np.zeros((n, dim), np.float32)
