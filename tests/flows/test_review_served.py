@@ -8,6 +8,7 @@ answered):
 * with its own server (PREFECT_API_URL unset), the form is opened and submitted in headless
   Chromium through Playwright: a blank Reviewer is refused by the form and the run keeps
   waiting; a filled one with a blank edit row commits, and the run's stored inputs are gone;
+  then `memctl serve` is SIGKILLed, and its server stops with it;
 * against a server the user started (PREFECT_API_URL set), batches whose runs failed or were
   cancelled get new runs, `memctl review approve` resumes one, and an answer the batch cannot
   take (a rejection without a reason) is refused on the next form instead of failing the run.
@@ -113,7 +114,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def _serve(home: Path, env: dict[str, str], log: Path, *args: str) -> Iterator[Callable[[], str]]:
+def _serve(
+    home: Path, env: dict[str, str], log: Path, *args: str
+) -> Iterator[tuple[Callable[[], str], subprocess.Popen[bytes]]]:
     """`memctl serve` for review, stopped with SIGTERM (it stops a server it started).
 
     The hourly interval never fires within a test: ``_dispatch`` starts review-dispatch by
@@ -125,7 +128,7 @@ def _serve(home: Path, env: dict[str, str], log: Path, *args: str) -> Iterator[C
             cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        yield lambda: log.read_text(errors="replace")[-4000:]
+        yield (lambda: log.read_text(errors="replace")[-4000:]), proc
     finally:
         proc.send_signal(signal.SIGTERM)
         with suppress(subprocess.TimeoutExpired):
@@ -206,19 +209,29 @@ def _dispatch(api: Api, log: Callable[[], str]) -> str:
 
 
 def _waiting_run(home: Path, api: Api, batch_id: str, not_ids: tuple[str, ...] = ()) -> str | None:
-    """The batch's run once it is suspended on its form (and is not one of ``not_ids``)."""
+    """The batch's run once it waits on its form (and is not one of ``not_ids``)."""
     try:
         run_id = get_batch(open_stores(load_settings(home=home)).meta, batch_id).flow_run_id
     except Exception:  # the served run has the meta file open this moment
         return None
     if not run_id or run_id in not_ids:
         return None
-    state = api.state(run_id)
-    return run_id if state.get("name") == "Suspended" else None
+    if api.state(run_id).get("name") != "Suspended":
+        return None
+    keys = api.inputs(run_id)  # saved just after the state: until then the UI has no form
+    return run_id if any(k.endswith("-description") for k in keys) else None
 
 
 def _finished(api: Api, run_id: str) -> bool:
     return api.state(run_id).get("type") == "COMPLETED"
+
+
+def _down(api: Api) -> bool:
+    try:
+        api.call("/health")
+    except OSError:
+        return True
+    return False
 
 
 def _batch(home: Path, batch_id: str) -> Any:
@@ -289,7 +302,7 @@ def test_serve_with_its_own_server_review_form_in_a_browser(tmp_path: Path) -> N
     port = _port()
     base = f"http://127.0.0.1:{port}"
     api = Api(f"{base}/api")
-    with _serve(home, _env(), tmp_path / "serve.log", "--port", str(port)) as serve_log:
+    with _serve(home, _env(), tmp_path / "serve.log", "--port", str(port)) as (serve_log, proc):
 
         def log() -> str:
             return f"memctl serve said:\n{serve_log()}\nflow runs:\n{api.summary()}"
@@ -304,6 +317,8 @@ def test_serve_with_its_own_server_review_form_in_a_browser(tmp_path: Path) -> N
         _until("the answered run to finish", lambda: _finished(api, run_id), log)
         assert api.inputs(run_id) == {}  # the answer is deleted from Prefect
         assert api.state(dispatch)["type"] == "COMPLETED"  # was: cancelled, "slot lost"
+        proc.kill()  # SIGKILL: no cleanup runs, yet the server it started goes with it
+        _until("the server to stop with memctl serve", lambda: _down(api), log)
     batch = _batch(home, batch_id)
     assert (batch.status, batch.reviewer, batch.flow_run_id) == ("approved", "carol", None)
     (fact,) = list_rows(open_stores(load_settings(home=home)).lance, "facts")
@@ -328,7 +343,7 @@ def test_against_a_user_server_no_batch_is_stranded_and_answers_never_fail_the_r
     set_flow_run(meta, first, old[0])
     set_flow_run(meta, second, old[1])
     env = server.env(PREFECT_RUNNER_POLL_FREQUENCY="2")
-    with _serve(home, env, tmp_path / "serve.log") as serve_log:
+    with _serve(home, env, tmp_path / "serve.log") as (serve_log, _proc):
 
         def log() -> str:
             return f"memctl serve said:\n{serve_log()}\nflow runs:\n{api.summary()}"
