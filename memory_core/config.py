@@ -71,6 +71,13 @@ class EmbedConfig(BaseModel):
     )
     dim: int = Field(default=384, ge=8, le=4096, description="dimension of the hash embedder")
     batch_size: int = Field(default=32, ge=1, le=4096)
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        default="torch",
+        description="MiniLM runtime: torch, onnx (same vectors), onnx-int8 (own version)",
+    )
+    onnx_cache_dir: str = Field(
+        default="", description="where the ONNX export is cached; empty = ~/.cache/memory-core/onnx"
+    )
 
 
 class IngestConfig(BaseModel):

