@@ -329,7 +329,8 @@ def purge_subject_rows(
         [ids, ids],
     )
     _purge_extracted(run, subject_id=subject_id, tenant=tenant, tparams=tparams, ids=ids)
-    counts["audit_log+receipts scrubbed"] = _scrub_audit(con, [subject_id, *ids], tenant_id)
+    # a review decision's audit detail lists its candidate ids: the subject's go too
+    counts["audit_log+receipts scrubbed"] = _scrub_audit(con, [subject_id, *ids, *cands], tenant_id)
     for table in [t for t, n in counts.items() if not n]:
         del counts[table]
     return counts

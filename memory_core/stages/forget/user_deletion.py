@@ -265,7 +265,7 @@ def forget(
     needles = Needles.of([target.name], [*record_ids, *candidates], texts)
     removed = orchestrator.purge(needles) if orchestrator is not None else []
     marks["orchestrator"] = time.perf_counter()
-    verification = _verify(stores, settings, target, record_ids, request_id)
+    verification = _verify(stores, settings, target, [*record_ids, *candidates], request_id)
     for table, count in fstore.quotes_left(stores.meta, needles.texts).items():
         verification["residue"][f"duckdb.{table}.quotes"] = count
         verification["verified"] = False
