@@ -340,11 +340,5 @@ def test_forget_me_then_the_deletion_schedule_leaves_nothing(demo_copy):
     receipt = status["receipt"]
     assert subject not in json.dumps(receipt)  # the receipt names the subject by hash only
     assert receipt["verification"]["versions_checked"]
-    if status["status"] == "unverified":
-        # Known, outside the MCP server: on a home whose batches were approved, the review
-        # commits' audit details and receipts keep the subject's candidate ids, and the
-        # whole-home byte scan (issue 18) finds them in meta.duckdb. Every other check held.
-        assert receipt["verification"]["residue"] == {"home_files": ["meta.duckdb"]}
-        pytest.xfail("deletion verification: candidate ids left in audit_log/receipts")
     assert status["status"] == "done"
     assert receipt["verification"]["verified"] is True
