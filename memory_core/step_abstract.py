@@ -63,6 +63,14 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 _WORD = re.compile(r"^[A-Za-z][A-Za-z _-]{0,30}$")
 _MONEY_KEYS = ("amount", "price", "cost", "fee", "balance", "total", "refund", "payment")
 _ID_KEYS = ("_id", "_number", "_code", "uuid", "_key")
+# Examples end up in tenant-scope candidates that many users' runs support: values that name
+# or reach a person (a user id, an e-mail, a name, free text) are never kept as examples, so a
+# procedure never quotes one user to the others and forgetting a user leaves nothing there.
+_PERSONAL_KEYS = (
+    "user", "customer", "account", "member", "passenger", "person", "name", "email", "mail",
+    "phone", "address", "owner", "subject", "patient", "client", "contact", "passport",
+)  # fmt: skip
+_UNSHAREABLE_KINDS = frozenset({"email", "text", "mixed", "object", "list"})
 
 
 def _name(key: str) -> str:
@@ -242,13 +250,26 @@ def _variable(key: str, values: list[Any]) -> Variable:
     if kind == "word":
         # a short word that recurs is an enumeration; all-different words are free values
         kind = "enum" if len(distinct) < len(values) else "text"
-    if len(distinct) == 1:
+    if len(distinct) == 1 and not _names_a_person(key, kind):
         # seen once, or always the same: no evidence that it varies
         only = next(iter(distinct.values()))
         return Variable(key, kind, 1, [], only, is_constant=True)
+    if len(distinct) == 1:
+        # a person's id, address or words is never a constant of a tenant's procedure
+        return Variable(key, kind, 1, [])
     ordered = sorted(distinct.items(), key=lambda kv: kv[0])
-    examples = [v for _, v in ordered[:MAX_EXAMPLES]]
+    examples = [v for _, v in ordered[:MAX_EXAMPLES]] if _shareable(key, kind) else []
     return Variable(key, kind, len(distinct), examples)
+
+
+def _names_a_person(key: str, kind: str) -> bool:
+    low = key.lower()
+    return kind == "email" or any(p in low for p in _PERSONAL_KEYS)
+
+
+def _shareable(key: str, kind: str) -> bool:
+    """Whether concrete values of this argument may be shown to every user of the tenant."""
+    return kind not in _UNSHAREABLE_KINDS and not _names_a_person(key, kind)
 
 
 def abstract_steps(

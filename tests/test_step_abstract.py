@@ -3,6 +3,8 @@ told apart from world-changing steps, and the mining pattern built from them."""
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -63,11 +65,33 @@ def test_varying_values_become_typed_variables_with_examples() -> None:
     assert not step.read_only
 
 
+def test_examples_never_quote_a_person() -> None:
+    """Examples sit in tenant-scope candidates: no user id, e-mail or free text among them."""
+    runs = [
+        [call("update_profile", user_id=u, contact=m, note=n, seats=s)]
+        for u, m, n, s in [
+            ("mia_3668", "mia@example.com", "please call me after five pm", 2),
+            ("noah_1", "noah@example.org", "I am travelling with my dog", 3),
+            ("ana_77", "ana@example.net", "wheelchair needed at the gate", 4),
+        ]
+    ]
+    [step] = abstract_steps(runs, RULES).values()
+    by_key = {v.key: v for v in step.variables}
+    assert not by_key["user_id"].is_constant and by_key["user_id"].examples == []
+    assert by_key["contact"].examples == [] and by_key["note"].examples == []
+    assert by_key["seats"].examples == [2, 3, 4]  # counts name nobody
+    assert "mia" not in json.dumps(step.as_dict())
+
+
 def test_a_value_seen_once_or_always_the_same_stays_a_constant() -> None:
-    once = abstract_steps([[call("send_certificate", user_id="u_1", amount=150)]], RULES)
+    once = abstract_steps([[call("send_certificate", cabin="economy", amount=150)]], RULES)
     [step] = once.values()
     assert all(v.is_constant for v in step.variables)
-    assert step.text() == "send_certificate(amount=150, user_id=u_1)"
+    assert step.text() == "send_certificate(amount=150, cabin=economy)"
+    # except a person's id: seen once it is still a variable, never quoted to the tenant
+    once = abstract_steps([[call("get_user_details", user_id="mia_3668")]], RULES)
+    [step] = once.values()
+    assert step.text() == "get_user_details(user_id=$user_id)"
     same = abstract_steps(
         [[call("book", cabin="economy", user=u)] for u in ("a1", "b2", "c3")], RULES
     )

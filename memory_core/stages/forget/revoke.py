@@ -264,6 +264,9 @@ def _write_rows(stores: Stores, updates: dict[str, list[dict[str, Any]]]) -> Non
         stores.lance.upsert(table, pa.Table.from_pylist(rows, schema=schema))
 
 
+_CALL_STATS = frozenset({"abstract_steps", "observed_steps", "pattern", "support_runs"})
+
+
 def _recheck_candidates(stores: Stores, settings: Settings, removed: set[str], reason: str,
                         delete_subject: str | None) -> list[tuple[str, Candidate]]:  # fmt: skip
     changed = []
@@ -291,6 +294,10 @@ def _recheck_candidates(stores: Stores, settings: Settings, removed: set[str], r
             "counterexample_ids": counter,
             "provenance": provenance,
         }
+        if delete_subject is not None:
+            # the mined step analysis quotes the calls' concrete arguments (the subject's ids
+            # among them): dropped here, recomputed from what is left when the cluster is re-mined
+            update["stats"] = {k: v for k, v in cand.stats.items() if k not in _CALL_STATS}
         keep_status = cand.status in (CandidateStatus.rejected, CandidateStatus.auto_rejected)
         if failure and not keep_status:
             # A deletion leaves an undecided candidate open to new evidence (auto_rejected is

@@ -239,3 +239,37 @@ def test_queued_request_is_carried_out_once_and_hashed(mem, kit):
         ).fetchone()
     assert status == "done" and target.startswith("sha256:")
     assert mem.stores.lance.count("episodes") == 1
+
+
+def test_tool_call_arguments_naming_the_subject_leave_no_candidate_behind(mem, kit):
+    """A tenant-scope procedure mined from tool calls quotes their arguments in its analysis;
+    deleting the user those calls were about leaves no candidate naming them."""
+    victim = "zed_garcia_1905"
+    runs = []
+    # the victim's runs alone: the procedure fails min_subjects but stays a tenant-scope
+    # candidate whose analysis quotes the calls' concrete arguments
+    for i, who in enumerate([victim, victim, victim]):
+        calls = [
+            {"tool": "get_user_details", "args": {"user_id": who}},
+            {"tool": "cancel_reservation", "args": {"reservation_id": f"R{i}X9Q"}},
+        ]
+        runs.append(
+            kit.make_episode(
+                f"run{i}", minutes=i, subject_id=who, goal="cancel my trip", actions=calls,
+                conditions={"membership": "gold"},
+            )
+        )  # fmt: skip
+    mem.ingest(runs)
+    mem.consolidate()
+
+    def naming_victim() -> int:
+        with mem.stores.meta.connect() as con:
+            (n,) = con.execute(
+                "SELECT count(*) FROM candidates WHERE contains(body, ?)", [victim]
+            ).fetchone()
+        return n
+
+    assert naming_victim() > 0  # the analysis quotes the calls (observed steps)
+    receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), victim)
+    assert naming_victim() == 0
+    assert receipt["verification"]["verified"] is True
