@@ -217,7 +217,12 @@ class ScoreConfig(BaseModel):
     batch_discount: float = Field(default=0.5, ge=0, le=1)
     extract_claims: bool = False
     workflow_text: bool = Field(
-        default=True, description="Claude words passing procedures (checked against the support)"
+        default=False,
+        description=(
+            "Claude words passing procedures (checked against the support); opt-in: its "
+            "answers live in the candidate's stats, which a re-mine replaces, so a rerun after "
+            "a crash can send a request again"
+        ),
     )
     llm_kinds: list[Literal["semantic", "procedural"]] = Field(
         default_factory=lambda: ["procedural"],
