@@ -28,6 +28,7 @@ from memory_core.cli_support import (
 )
 from memory_core.context import RunContext
 from memory_core.errors import MemoryCoreError
+from memory_core.orchestration import orchestrator
 
 app = typer.Typer(
     help="Turn agents' episodes into trustworthy long-term memory, and forget what should go.",
@@ -173,9 +174,7 @@ def consolidate(
     """Run the nightly consolidation flow once, through Prefect."""
     settings = settings_for(home, config)
     prefect_env(settings)
-    from flows.nightly import run_nightly
-
-    summary = run_nightly(settings, now=parse_now(now), recluster=recluster)
+    summary = orchestrator().run_nightly(settings, now=parse_now(now), recluster=recluster)
     emit(summary, fmt)
 
 

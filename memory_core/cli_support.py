@@ -103,13 +103,13 @@ def prefect_env(settings: Settings) -> None:
 
     quiet_expected_errors()  # the command prints our errors as one line: no Prefect traceback
     if os.environ.get("MEMCTL_LOG_FORMAT") == "json":  # flows log JSON lines too
-        from memory_core.logging_setup import prefect_logging
+        from memory_core import logging_setup
 
-        prefect_logging(prefect_home)
+        logging_setup.prefect_logging(prefect_home)
     # the ephemeral server Prefect starts for this command exits with it, even SIGKILLed
-    from flows.ephemeral import register_ephemeral_server
+    from memory_core.orchestration import orchestrator
 
-    register_ephemeral_server()
+    orchestrator().register_ephemeral_server()
 
 
 def open_all(settings: Settings) -> Any:

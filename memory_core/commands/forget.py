@@ -85,9 +85,9 @@ def _orchestrator(settings: Any) -> Any:
     """Prefect's copies are forgotten too (flows/privacy.py): through its API when one is
     configured, and in the home's own Prefect database and result files."""
     prefect_env(settings)
-    from flows.privacy import prefect_store
+    from memory_core.orchestration import orchestrator
 
-    return prefect_store(settings.home)
+    return orchestrator().prefect_store(settings.home)
 
 
 def revoke(

@@ -143,9 +143,9 @@ def _decide(
     result = decide_batch(stores, settings, ctx, batch_id, request).as_dict()
     if result.get("flow_run_id"):
         prefect_env(settings)
-        from flows.review import resume_review_run
+        from memory_core.orchestration import orchestrator
 
-        result["flow_run"] = resume_review_run(result["flow_run_id"], request)
+        result["flow_run"] = orchestrator().resume_review_run(result["flow_run_id"], request)
     emit(result, fmt)
 
 
@@ -220,9 +220,9 @@ def wait_cmd(
     `memctl review approve|reject` (review.pause_timeout_hours at most)."""
     settings = settings_for(home, config)
     prefect_env(settings)
-    from flows.review import run_promotion_review
+    from memory_core.orchestration import orchestrator
 
-    emit(run_promotion_review(settings, batch_id), fmt)
+    emit(orchestrator().run_promotion_review(settings, batch_id), fmt)
 
 
 def _rows_cmd(table: str) -> Any:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from memory_core.cli_support import ConfigOpt, HomeOpt, _state, prefect_env, settings_for
+from memory_core.orchestration import orchestrator
 
 
 def serve(
@@ -61,13 +62,10 @@ def serve(
 
     prefect_env(settings)
     if write_yaml is not None:
-        from flows.deployments import render_prefect_yaml
-
-        write_yaml.write_text(render_prefect_yaml(settings))
+        write_yaml.write_text(orchestrator().render_prefect_yaml(settings))
         say(f"wrote {write_yaml}")
         return
-    from flows.deployments import select
-    from flows.serve import serve_deployments
+    select, serve_deployments = orchestrator().select, orchestrator().serve_deployments
 
     try:
         select(only)

@@ -15,6 +15,7 @@ from memory_core.context import RunContext
 from memory_core.demo.generate import generate_demo, write_demo
 from memory_core.embed import make_embedder
 from memory_core.eval.demo_truth import score_candidates_against_truth
+from memory_core.orchestration import orchestrator
 from memory_core.stages.ingest import ingest_file
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import list_candidates
@@ -23,7 +24,7 @@ __all__ = ["run_demo"]
 
 
 def run_demo(settings: Settings, *, seed: int = 7, now: datetime | None = None) -> dict[str, Any]:
-    from flows.nightly import run_nightly  # Prefect is imported only when the flow runs
+    run_nightly = orchestrator().run_nightly  # Prefect is imported only when the flow runs
 
     started = time.perf_counter()
     data = generate_demo(seed=seed)
