@@ -292,6 +292,12 @@ class ForgetConfig(BaseModel):
         default=True, description="fold clustered episodes past TTL into digests"
     )
     digest_max_sources: int = Field(default=8, ge=2, description="episodes per digest")
+    session_digest_max_sources: int = Field(
+        default=64,
+        ge=2,
+        description="turns per digest when a whole extracted session is folded (one digest "
+        "per session up to this many turns)",
+    )
     digest_summary: Literal["template", "llm"] = Field(
         default="template",
         description="llm: Claude adds a summary to each digest's header (Batches API; "

@@ -168,6 +168,9 @@ def _ran(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {n: d for n, d in _datasets(result).items() if not d.get("skipped")}
 
 
+REPLAYED = "replayed dataset annotations, not Claude"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -183,35 +186,51 @@ def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
             continue
         after = x["after_compaction"]
         cost = x["cost"]
+        prop = x.get("proposal") or {}
+        rule = prop.get("rule") or {}
+        k10 = next((key for key in x if key.startswith("retrieval_k")), None)
         rows = []
         for arm, label in (("episodes", "episodes only"), ("facts_only", "facts only"),
                            ("episodes_facts", "facts + episodes")):  # fmt: skip
-            rows.append([
+            row = [
                 label, fmt(x["retrieval"][arm]["recall_at_k"]),
                 fmt(x["retrieval"][arm]["answer_in_context"]),
                 fmt(after["retrieval"][arm]["recall_at_k"]),
                 fmt(after["retrieval"][arm]["answer_in_context"]),
-            ])  # fmt: skip
+            ]  # fmt: skip
+            if k10:
+                row += [fmt(x[k10][arm]["recall_at_k"]), fmt(after[k10][arm]["recall_at_k"])]
+            rows.append(row)
         out += [
             "", f"## Extraction on {name}: {x['replay']}", "",
-            f"Facts extracted {fmt(x['facts_extracted'])}, promoted {fmt(x['facts_promoted'])} "
-            f"(proposal rule: min_sessions {x['proposal_rule']['min_sessions']}, min_episodes "
-            f"{x['proposal_rule']['min_episodes']}, as {x['proposal_rule']['why']}; under the "
-            "default rule "
-            f"{fmt(x['proposed_under_default_rule'])}). Rows kept: {fmt(x['rows']['total'])} "
+            f"Facts extracted {fmt(x['facts_extracted'])}, promoted {fmt(x['facts_promoted'])}. "
+            f"Proposal rule (min_sessions {rule.get('min_sessions')}, min_episodes "
+            f"{rule.get('min_episodes')}, or one self-statement scored >= "
+            f"{rule.get('single_statement_min_importance')}): {fmt(prop.get('proposed'))} of "
+            f"{fmt(prop.get('objects'))} objects proposed, {fmt(prop.get('by_evidence'))} by "
+            f"distinct evidence ({REPLAYED}), {fmt(prop.get('by_answer_importance'))} by the "
+            f"answer's importance, {fmt(prop.get('by_heuristic_importance'))} by importance from "
+            "heuristic scores, not Claude (the annotations carry no importance). "
+            f"Rows kept: {fmt(x['rows']['total'])} "
             f"before, {fmt(after['rows']['total'])} after compaction of episodes older than "
-            f"{fmt(after['retention_days'])} days ({fmt(after['rows_ratio_to_episodes_only'])} "
-            f"of the episodes). Requests {fmt(cost['requests'])} "
+            f"{fmt(after['retention_days'])} days into {fmt(after.get('digests'))} digests "
+            f"({fmt(after['rows_ratio_to_episodes_only'])} of the episodes). "
+            f"Requests {fmt(cost['requests'])} "
             f"({fmt(cost['requests_per_episode'])} per episode, "
             f"{fmt(cost['requests_on_unchanged_rerun'])} on an unchanged rerun), input tokens "
             f"{fmt(cost['input_tokens'])} ({fmt(cost['input_tokens_per_episode'])} per episode), "
             "counted from the request bodies the replay would have sent.", "",
+            "Counting rule: every arm is packed into the same 2,000-token budget and the record "
+            "limit is never reached first (like-for-like); a question is recalled when one of "
+            "its evidence turns is in the packed context (the turn, a digest holding its line, "
+            "or a fact citing it). The k = 10 columns keep the earlier rule, where a digest of "
+            "many turns takes one of ten slots.", "",
         ]  # fmt: skip
-        out += _table(
-            ["arm", "recall@k", "answer in context", "after compaction: recall@k",
-             "after compaction: answer in context"],
-            rows,
-        )  # fmt: skip
+        header = ["arm", "recall", "answer in context", "after compaction: recall",
+                  "after compaction: answer in context"]  # fmt: skip
+        if k10:
+            header += ["recall k=10", "after compaction: recall k=10"]
+        out += _table(header, rows)
     return out
 
 

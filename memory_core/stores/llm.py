@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from enum import StrEnum
@@ -37,6 +38,7 @@ __all__ = [
     "delete_cached_scores",
     "get_cached_scores",
     "insert_batch",
+    "invalid_answers",
     "ledger_entries",
     "list_batches",
     "open_batches",
@@ -105,7 +107,7 @@ class BatchRecord(BaseModel):
         return next((i for i in self.items if i.custom_id == custom_id), None)
 
 
-LedgerMode = Literal["sync", "batch_submit", "batch", "outcome"]
+LedgerMode = Literal["sync", "batch_submit", "batch", "outcome", "invalid"]
 
 
 class LedgerEntry(BaseModel):
@@ -375,6 +377,18 @@ def record_answers_and_spend(
                 WHERE list_contains(?, batch_id)""",
                 [BatchStatus.collected.value, now, done],
             )
+
+
+def invalid_answers(meta: MetaStore, purpose: str) -> Counter[str]:
+    """How many invalid answers each request hash of ``purpose`` has had (``invalid`` ledger
+    rows): what bounds the retries of a request whose answers fail the schema."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT json_extract_string(detail, '$.request_hash') FROM llm_ledger "
+            "WHERE mode = 'invalid' AND json_extract_string(detail, '$.purpose') = ?",
+            [purpose],
+        ).fetchall()
+    return Counter(r[0] for r in rows if r[0])
 
 
 def ledger_entries(meta: MetaStore, *, run_id: str | None = None) -> list[LedgerEntry]:

@@ -24,6 +24,13 @@ An episode alone in its cluster (among those being folded) would make a digest o
 saves nothing: such episodes are grouped by session instead (conversation turns rarely share a
 cluster, but a session's turns belong together); the digest's ``cluster_id`` is then null.
 
+Extracted sessions: when the extract stage has taken a session's facts (its mark in
+``extract_sessions``), the session's semantic content lives on as facts, so its turns past
+retention are folded whole, clustered or not, into one digest per session (chunks of
+``session_digest_max_sources`` turns for longer sessions), with one line and one lineage edge
+per turn. Conversation turns are rarely clustered, so without this they would simply expire;
+with it a session's turns become one row that still says who said what, when.
+
 Crash safety without a cross-store transaction: digest ids are deterministic (scope, cluster,
 source ids), digests are inserted first (insert-if-new), lineage edges second, raw episodes
 deleted last; an episode that is already a digest's source is only deleted on a rerun.
@@ -50,8 +57,10 @@ from memory_core.context import RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.models import Authority, Sensitivity, content_hash, stable_id
+from memory_core.stages.extract.plan import session_key
 from memory_core.stages.forget.purge import delete_records
 from memory_core.stores import Stores
+from memory_core.stores.extract import done_sessions
 from memory_core.stores.filters import sql_quote, ts_literal
 from memory_core.stores.lineage import Edge, add_edges
 
@@ -167,10 +176,13 @@ def drop_digest_sources(
     return new
 
 
-def _past_retention(stores: Stores, settings: Settings, now: datetime) -> list[str]:
-    """Ids of active episodes older than their namespace's episodic TTL (ids only: cheap)."""
+def _past_retention(
+    stores: Stores, settings: Settings, now: datetime
+) -> dict[str, tuple[str, str, str]]:
+    """Active episodes older than their namespace's episodic TTL: id -> (tenant, namespace,
+    session key) (three short columns: cheap)."""
     names = stores.lance.scan("episodes", columns=["namespace"], where="status = 'active'")
-    ids: list[str] = []
+    ids: dict[str, tuple[str, str, str]] = {}
     for ns in sorted(set(names.column("namespace").to_pylist())):
         policy = settings.forget.policy(ns, "episodic")
         if policy.ttl_days is None:
@@ -180,12 +192,18 @@ def _past_retention(stores: Stores, settings: Settings, now: datetime) -> list[s
             f"status = 'active' AND recorded_to IS NULL AND namespace = {sql_quote(ns)} "
             f"AND occurred_at < {ts_literal(cutoff)}"
         )
-        ids += (
-            stores.lance.scan("episodes", where=where, columns=["episode_id"])
-            .column("episode_id")
-            .to_pylist()
-        )
+        rows = stores.lance.scan(
+            "episodes", where=where, columns=["episode_id", "tenant_id", "session_id"]
+        ).to_pylist()
+        for r in rows:
+            key = session_key(r["session_id"], r["episode_id"])
+            ids[r["episode_id"]] = (r["tenant_id"], ns, key)
     return ids
+
+
+def _extracted_sessions(stores: Stores) -> set[tuple[str, str, str]]:
+    """(tenant, namespace, session key) of every session the extract stage has taken."""
+    return set(done_sessions(stores.meta))
 
 
 def _rows(stores: Stores, ids: list[str]) -> list[dict[str, Any]]:
@@ -282,30 +300,38 @@ def compact_episodes(
     result = CompactResult()
     if not settings.forget.compact_on_ttl or "episodes" not in stores.lance.table_names():
         return result
-    ids = _past_retention(stores, settings, ctx.now)
-    if not ids:
+    past = _past_retention(stores, settings, ctx.now)
+    if not past:
         return result
+    ids = sorted(past)
     cluster_of, folded = _members(stores, ids)
     chosen = sorted(folded)
     result.already_folded = len(chosen)
-    wanted = sorted(set(cluster_of) - folded)
+    extracted = _extracted_sessions(stores)
+    whole = {e for e, key in past.items() if key in extracted}
+    wanted = sorted((set(cluster_of) | whole) - folded)
     if wanted and settings.forget.digest_vector == "embed" and embedder is None:
         from memory_core.embed import make_embedder
 
         embedder = make_embedder(settings.embed)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    sizes = Counter(cluster_of[e] for e in wanted)
+    sizes = Counter(cluster_of[e] for e in wanted if e not in whole)
     for row in _rows(stores, wanted):
-        cluster = cluster_of[row["episode_id"]]
-        unit = ("cluster", cluster)
-        if sizes[cluster] == 1 and row["session_id"]:
-            unit = ("session", row["session_id"])
+        if row["episode_id"] in whole:
+            unit = ("session", past[row["episode_id"]][2])
+        else:
+            cluster = cluster_of[row["episode_id"]]
+            unit = ("cluster", cluster)
+            if sizes[cluster] == 1 and row["session_id"]:
+                unit = ("session", row["session_id"])
         key = (row["tenant_id"], row["namespace"], *unit, row["purpose"] or "")
         groups.setdefault(key, []).append(row)
     digests, edges = [], []
-    size = settings.forget.digest_max_sources
     for key in sorted(groups):
         members = sorted(groups[key], key=lambda r: (r["occurred_at"], r["episode_id"]))
+        size = settings.forget.digest_max_sources
+        if key[2] == "session" and members[0]["episode_id"] in whole:
+            size = settings.forget.session_digest_max_sources
         for start in range(0, len(members), size):
             chunk = members[start : start + size]
             cluster_id = key[3] if key[2] == "cluster" else None

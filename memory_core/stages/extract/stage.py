@@ -15,7 +15,11 @@ Order of a run, and why:
 6. Apply each answer through the same parser and rules (``rules.py``); write the facts, the
    sessions' done marks, the answer cache, the spend and the batch's ``collected`` mark in one
    transaction. Transient failures (429, 529, timeouts, expiry) leave sessions pending for the
-   next run; nothing is made up for them.
+   next run; nothing is made up for them. An answer that fails the schema (``prompt.py``'s
+   pydantic model) is counted (``invalid``, and an ``invalid`` ledger row keyed by the
+   request hash); its sessions stay pending, so the next run sends the request once more in
+   its batch; after ``MAX_INVALID_ANSWERS`` invalid answers the request is no longer sent
+   (``given_up``) until its sessions change. No fact is ever made up for it.
 7. Merge paraphrases per subject (``merge.py``).
 """
 
@@ -60,16 +64,24 @@ from memory_core.stores.llm import (
     CachedScore,
     LedgerEntry,
     get_cached_scores,
+    invalid_answers,
     open_batches,
     record_answers_and_spend,
 )
 
-__all__ = ["NO_KEY_MESSAGE", "REPLAY_LABEL", "ExtractResult", "extract_facts"]
+__all__ = [
+    "MAX_INVALID_ANSWERS",
+    "NO_KEY_MESSAGE",
+    "REPLAY_LABEL",
+    "ExtractResult",
+    "extract_facts",
+]
 
 logger = logging.getLogger(__name__)
 
 NO_KEY_MESSAGE = f"extract skipped: no {API_KEY_ENV} and no extract.replay; episodes stay episodic"
 REPLAY_LABEL = "replayed answers, not Claude"
+MAX_INVALID_ANSWERS = 2  # the first answer and one retry in a later run's batch
 
 
 @dataclass
@@ -93,6 +105,8 @@ class ExtractResult:
     blocked_facts: int = 0
     no_recorded_answer: list[str] = field(default_factory=list)
     invalid: dict[str, str] = field(default_factory=dict)
+    retried_invalid: list[str] = field(default_factory=list)
+    given_up: dict[str, str] = field(default_factory=dict)
     deferred: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     over_budget: dict[str, str] = field(default_factory=dict)
@@ -123,6 +137,8 @@ class ExtractResult:
             "blocked_facts": self.blocked_facts,
             "no_recorded_answer": len(self.no_recorded_answer),
             "invalid": self.invalid,
+            "retried_invalid": self.retried_invalid,
+            "given_up": self.given_up,
             "deferred": self.deferred,
             "failed": self.failed,
             "over_budget": self.over_budget,
@@ -232,6 +248,7 @@ class _ExtractRun:
         plans = pack_requests(
             sessions, self.settings.extract, model=self.model, prompt_version=self.pv
         )
+        plans = self._bound_invalid(plans)
         self.result.sessions_pending = len(sessions)
         self.result.sessions_unchanged = unchanged
         self.result.requests_planned = len(plans)
@@ -252,6 +269,21 @@ class _ExtractRun:
         else:
             return
         self._ledger_outcome()
+
+    def _bound_invalid(self, plans: list[RequestPlan]) -> list[RequestPlan]:
+        """Drop requests whose answers failed the schema ``MAX_INVALID_ANSWERS`` times; count
+        the ones sent again after one invalid answer."""
+        bad = invalid_answers(self.stores.meta, "extract")
+        keep = []
+        for plan in plans:
+            n = bad.get(plan.request_hash, 0)
+            if n >= MAX_INVALID_ANSWERS:
+                self.result.given_up[plan.custom_id] = f"{n} invalid answers"
+                continue
+            if n:
+                self.result.retried_invalid.append(plan.custom_id)
+            keep.append(plan)
+        return keep
 
     def _resume(self) -> set[str]:
         """Collect extraction batches left open by earlier runs; returns in-flight hashes."""
@@ -394,11 +426,18 @@ class _ExtractRun:
         facts: list[ExtractedFactRow] = []
         sessions: list[DoneSession] = []
         cached: list[CachedScore] = list(extra_cache or [])
+        entries = list(entries or [])
         for plan, message in answered:
             try:
                 answer = parse_extraction(message.content, message.stop_reason)
             except InvalidExtraction as invalid:
                 self.result.invalid[plan.custom_id] = invalid.error
+                entries.append(
+                    LedgerEntry(run_id=self.ctx.run_id, logged_at=self.ctx.now, mode="invalid",
+                                detail={"purpose": "extract", "request_hash": plan.request_hash,
+                                        "custom_id": plan.custom_id,
+                                        "error": invalid.error[:500]})
+                )  # fmt: skip
                 continue
             checked = check_answer(
                 answer, plan, source=source,
@@ -431,7 +470,7 @@ class _ExtractRun:
             write_extraction(con, sessions, facts, run_id=self.ctx.run_id, now=self.ctx.now)
 
         record_answers_and_spend(
-            self.stores.meta, cached, entries or [], collected=collected or [],
+            self.stores.meta, cached, entries, collected=collected or [],
             now=self.ctx.now, also=also if (sessions or facts) else None,
         )  # fmt: skip
         crash_point("extract.written")
@@ -442,7 +481,8 @@ class _ExtractRun:
             "purpose": "extract", "mode": r.mode, "label": r.label,
             "requests_planned": r.requests_planned, "applied": r.applied,
             "facts": r.facts_written, "deferred": len(r.deferred), "failed": len(r.failed),
-            "invalid": len(r.invalid), "over_budget": len(r.over_budget),
+            "invalid": len(r.invalid), "retried_invalid": len(r.retried_invalid),
+            "given_up": len(r.given_up), "over_budget": len(r.over_budget),
             "no_recorded_answer": len(r.no_recorded_answer), "budget": self.budget.as_dict(),
         }  # fmt: skip
         if r.mode == "replay":

@@ -16,6 +16,8 @@ and the audit of blocked writes follow the rules that already exist:
 ``proposal_rule`` decides when the statements of one object are enough for a candidate:
 ``min_sessions`` distinct sessions and ``min_episodes`` distinct episodes, or a single
 explicit statement of the user about themself with importance >= the configured minimum.
+That importance is the answer's own 1-5 score, or, when the answer carries none (replayed
+annotations), the labelled heuristic's (``importance.py``), computed here and never stored.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from memory_core.config import ExtractConfig
 from memory_core.context import Partition
+from memory_core.stages.extract.importance import fact_importance
 from memory_core.stages.extract.rules import norm
 from memory_core.stages.mine.claims import Statement
 from memory_core.stores import Stores
@@ -94,11 +97,12 @@ def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str,
             key = (predicate, norm(obj), f.authority)
             mine = claims.setdefault(episode_id, {})
             best = mine.get(key)
-            if best is None or (f.importance or 0) > (best.get("importance") or 0):
+            importance, source = fact_importance(f)
+            if best is None or importance > (best.get("importance") or 0):
                 mine[key] = {
                     "predicate": predicate, "object": obj, "span": None,
-                    "authority": f.authority, "extracted": True, "importance": f.importance,
-                    "subject_id": f.subject_id,
+                    "authority": f.authority, "extracted": True, "importance": importance,
+                    "importance_source": source, "subject_id": f.subject_id,
                 }  # fmt: skip
     rows = []
     for episode_id in sorted(claims):

@@ -65,6 +65,7 @@ class Statement:
     session_id: str | None = None
     extracted: bool = False  # from stages/extract, not a claim the writing agent structured
     importance: int | None = None  # the extraction's 1-5 importance, when it gave one
+    importance_source: str | None = None  # "answer" (the model's or replayed) or "heuristic"
 
 
 Proposal = Callable[[Sequence["Statement"]], bool]
@@ -165,6 +166,7 @@ def _statements(
                     session_id=ep.get("session_id"),
                     extracted=bool(claim.get("extracted")),
                     importance=claim.get("importance"),
+                    importance_source=claim.get("importance_source"),
                 )
             )
     return out
@@ -266,6 +268,9 @@ def _candidate(
                     "extracted": True,
                     "sessions": len({s.session_id or s.episode_id for s in mine}),
                     "importance_extracted": max((s.importance or 0) for s in mine) or None,
+                    "importance_source": sorted(
+                        {s.importance_source for s in mine if s.importance_source}
+                    ),
                 }
                 if any(s.extracted for s in mine)
                 else {}

@@ -192,6 +192,34 @@ def test_invalid_answer_is_counted_not_used(stores: Stores, settings: Settings) 
     assert "facts.0" in next(iter(result.invalid.values()))
 
 
+def test_invalid_answer_is_retried_once_in_a_later_batch_then_given_up(
+    stores: Stores, settings: Settings
+) -> None:
+    ingest(stores, settings, conversation())
+    fake = fake_api()
+    fake.answer = lambda params, attempt: json.dumps({"facts": [{"subject_id": "u1"}]})
+    first = run(stores, settings, fake)
+    assert len(first.invalid) == 1 and fake.counts["batch_create"] == 1
+    second = run(stores, settings, fake, run_id="r2")  # sent once more, in a new batch
+    assert second.retried_invalid == list(first.invalid) and len(second.invalid) == 1
+    assert fake.counts["batch_create"] == 2
+    third = run(stores, settings, fake, run_id="r3")  # bounded: not sent a third time
+    assert list(third.given_up) == list(first.invalid) and third.requests_planned == 0
+    assert fake.counts["batch_create"] == 2
+    assert extracted_facts(stores.meta) == []  # nothing invented for it
+    assert sum(e.mode == "invalid" for e in ledger_entries(stores.meta)) == 2
+
+
+def test_a_valid_retry_after_an_invalid_answer_is_used(stores: Stores, settings: Settings) -> None:
+    ingest(stores, settings, conversation())
+    fake = fake_api()
+    fake.answer = lambda params, attempt: "not json"
+    assert len(run(stores, settings, fake).invalid) == 1
+    fake.answer = extract_answer
+    again = run(stores, settings, fake, run_id="r2")
+    assert len(again.retried_invalid) == 1 and not again.invalid and again.facts_written > 0
+
+
 def test_crash_after_submit_resumes_the_same_batch(stores: Stores, settings: Settings) -> None:
     ingest(stores, settings, conversation())
     fake = fake_api()
