@@ -25,7 +25,7 @@ from memory_core.context import RunContext
 from memory_core.embed import Embedder
 from memory_core.errors import EpisodeConflict, FieldError, ValidationFailed
 from memory_core.stages.ingest.blocks import exact_line
-from memory_core.stages.ingest.stage import _write_quarantine, ingest_records
+from memory_core.stages.ingest.stage import IngestResult, ingest_records, write_quarantine
 from memory_core.stores import Stores
 from memory_core.transcripts import Adapted, TranscriptError, TranscriptFormat, adapt_line
 
@@ -35,30 +35,27 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TranscriptIngestResult:
-    """What ``ingest --from <chat format>`` did: per session line, and per episode written."""
+class TranscriptIngestResult(IngestResult):
+    """What ``ingest --from <chat format>`` did: ingest's own result (what was written) plus
+    what the transcript held (sessions, episodes by role, trajectories and outcomes)."""
 
-    path: str
-    format: str
-    lines: int = 0
+    format: str = ""
     sessions: int = 0
     episodes: int = 0
     trajectories: int = 0
     episodes_by_role: dict[str, int] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
-    inserted: int = 0
-    unchanged: int = 0
-    quarantined: int = 0
-    embedded: int = 0
-    embed_cache_hits: int = 0
-    redactions: dict[str, int] = field(default_factory=dict)
-    claims_without_authority: int = 0
-    errors: list[FieldError] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "errors"}
-        out["errors"] = [str(e) for e in self.errors]
-        return out
+        return {
+            **super().as_dict(),
+            "format": self.format,
+            "sessions": self.sessions,
+            "episodes": self.episodes,
+            "trajectories": self.trajectories,
+            "episodes_by_role": self.episodes_by_role,
+            "outcomes": self.outcomes,
+        }
 
 
 @dataclass
@@ -199,7 +196,7 @@ def ingest_transcripts(
         errors=sessions.errors + [where(e) for e in written.errors],
     )
     if quarantine:
-        result.quarantined = written.quarantined + _write_quarantine(
+        result.quarantined = written.quarantined + write_quarantine(
             stores, ctx, source, sessions.errors, sessions.bad_raw
         )
     logger.info(

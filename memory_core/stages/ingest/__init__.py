@@ -12,5 +12,6 @@ Modules: ``stage`` (read, embed, write), ``blocks`` (per-block cut, parse, valid
 from memory_core.stages._exports import lazy_exports
 
 __all__, __getattr__ = lazy_exports(
-    __name__, {"stage": ["IngestResult", "ingest_file", "ingest_records", "parse_lines"]}
+    __name__,
+    {"stage": ["IngestResult", "ingest_file", "ingest_records", "parse_lines", "write_quarantine"]},
 )

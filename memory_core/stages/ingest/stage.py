@@ -63,7 +63,7 @@ from memory_core.stores.embed_cache import cached_vectors, store_vectors
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.schemas import TS
 
-__all__ = ["IngestResult", "ingest_file", "ingest_records", "parse_lines"]
+__all__ = ["IngestResult", "ingest_file", "ingest_records", "parse_lines", "write_quarantine"]
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ def _ingest(
     result.claims_without_authority = blocked
     if quarantine:
         bad_raw = {line: raw for c in chunks for line, raw in c.bad_raw.items()}
-        result.quarantined = _write_quarantine(stores, ctx, source, errors, bad_raw)
+        result.quarantined = write_quarantine(stores, ctx, source, errors, bad_raw)
     with stores.meta.transaction() as con:
         record_audit(
             con,
@@ -457,13 +457,16 @@ def _episode_rows(
     return pa.Table.from_arrays(arrays, names=schema.names).cast(schema)
 
 
-def _write_quarantine(
+def write_quarantine(
     stores: Stores,
     ctx: RunContext,
     source: str,
     errors: list[FieldError],
     bad_raw: dict[int, str],
 ) -> int:
+    """Keep bad lines aside, redacted, with their errors (one row per line; ids from the
+    file name, line and redacted text, so a rerun adds nothing); returns rows written.
+    Public: the transcript adapters quarantine whole bad sessions through it."""
     if not bad_raw:
         return 0
     by_line: dict[int, list[FieldError]] = {}
