@@ -52,19 +52,21 @@ MEM0_TEXT_TOKENS_PER_CONVERSATION = 862  # of which user and assistant text
 MEM0_FIXED_PER_ADD = MEM0_TOKENS_PER_CONVERSATION - MEM0_TEXT_TOKENS_PER_CONVERSATION
 
 
-def mem0_equivalent(episodes: list[dict[str, Any]], ours: int) -> dict[str, Any]:
+def mem0_equivalent(
+    episodes: list[dict[str, Any]], ours: int, conversations: int
+) -> dict[str, Any]:
     """Mem0's input tokens for the same conversations, counted like our bodies (see the module
     docstring), and how many times fewer ours are, per conversation and per session."""
-    text: dict[str, int] = {}
-    sessions: dict[str, set[str]] = {}
+    chars = 0
+    sessions: set[str] = set()
     for e in episodes:
         if e.get("source_role") not in ("user", "agent") or not e.get("text"):
             continue
-        text[e["tenant_id"]] = text.get(e["tenant_id"], 0) + len(e["text"])
-        sessions.setdefault(e["tenant_id"], set()).add(e.get("session_id") or e["episode_id"])
-    conversations = max(len(text), 1)
-    n_sessions = max(sum(len(s) for s in sessions.values()), 1)
-    text_tokens = sum(text.values()) / 4
+        chars += len(e["text"])
+        sessions.add(e.get("session_id") or e["episode_id"])
+    conversations = max(conversations, 1)
+    n_sessions = max(len(sessions), 1)
+    text_tokens = chars / 4
     whole = conversations * MEM0_FIXED_PER_ADD + text_tokens
     per_session = n_sessions * MEM0_FIXED_PER_ADD + text_tokens
     out: dict[str, Any] = {
@@ -140,7 +142,7 @@ def measure(name: str, path: Path, home: Path) -> dict[str, Any]:
         "requests_per_episode": round(len(plans) / max(len(episodes), 1), 5),
         "input_tokens_per_episode": round(tokens / max(len(episodes), 1), 1),
         "times_fewer_than_mem0": round(MEM0_TOKENS_PER_CONVERSATION / max(per_conv, 1), 2),
-        "mem0_counted_the_same_way": mem0_equivalent(episodes, tokens),
+        "mem0_counted_the_same_way": mem0_equivalent(episodes, tokens, conversations),
         "requests_on_unchanged_rerun": len(rerun),
     }
 

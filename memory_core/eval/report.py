@@ -177,6 +177,43 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _replayed_extraction_v1(name: str, x: dict[str, Any]) -> list[str]:
+    """The arm as the first eval JSON recorded it (every fact proposed, k = 10 only)."""
+    out: list[str] = []
+    after = x["after_compaction"]
+    cost = x["cost"]
+    rows = []
+    for arm, label in (("episodes", "episodes only"), ("facts_only", "facts only"),
+                       ("episodes_facts", "facts + episodes")):  # fmt: skip
+        rows.append([
+            label, fmt(x["retrieval"][arm]["recall_at_k"]),
+            fmt(x["retrieval"][arm]["answer_in_context"]),
+            fmt(after["retrieval"][arm]["recall_at_k"]),
+            fmt(after["retrieval"][arm]["answer_in_context"]),
+        ])  # fmt: skip
+    out += [
+        "", f"## Extraction on {name}: {x['replay']}", "",
+        f"Facts extracted {fmt(x['facts_extracted'])}, promoted {fmt(x['facts_promoted'])} "
+        f"(proposal rule: min_sessions {x['proposal_rule']['min_sessions']}, min_episodes "
+        f"{x['proposal_rule']['min_episodes']}, as {x['proposal_rule']['why']}; under the "
+        "default rule "
+        f"{fmt(x['proposed_under_default_rule'])}). Rows kept: {fmt(x['rows']['total'])} "
+        f"before, {fmt(after['rows']['total'])} after compaction of episodes older than "
+        f"{fmt(after['retention_days'])} days ({fmt(after['rows_ratio_to_episodes_only'])} "
+        f"of the episodes). Requests {fmt(cost['requests'])} "
+        f"({fmt(cost['requests_per_episode'])} per episode, "
+        f"{fmt(cost['requests_on_unchanged_rerun'])} on an unchanged rerun), input tokens "
+        f"{fmt(cost['input_tokens'])} ({fmt(cost['input_tokens_per_episode'])} per episode), "
+        "counted from the request bodies the replay would have sent.", "",
+    ]  # fmt: skip
+    out += _table(
+        ["arm", "recall@k", "answer in context", "after compaction: recall@k",
+         "after compaction: answer in context"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
 def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
     """LoCoMo's arm with extraction replayed from the dataset's own annotations."""
     out: list[str] = []
@@ -186,7 +223,10 @@ def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
             continue
         after = x["after_compaction"]
         cost = x["cost"]
-        prop = x.get("proposal") or {}
+        if "proposal" not in x:  # a JSON written before the proposal routes were reported
+            out += _replayed_extraction_v1(name, x)
+            continue
+        prop = x["proposal"]
         rule = prop.get("rule") or {}
         k10 = next((key for key in x if key.startswith("retrieval_k")), None)
         rows = []

@@ -81,6 +81,14 @@ def test_locomo_subset(tmp_path: Path) -> None:
     assert arms["episodes"]["recall_at_k"] <= arms["episodes_facts_procedures"]["recall_at_k"]
     assert 0 < retrieval["context_budget_utilisation"] <= 1
     assert data["update_forgetting"]["subject_episodes"] > 0
+    extraction = data["replayed_extraction"]
+    after = extraction["after_compaction"]
+    assert after["digests"] == 0  # both sessions lie within the 30 days before the clock
+    assert after["rows"]["episodes"] == extraction["rows"]["episodes"]
+    proposal = extraction["proposal"]
+    assert proposal["proposed"] == proposal["objects"] - proposal["not_proposed"]
+    assert "heuristic" in proposal["labels"]["by_heuristic_importance"]
+    assert set(extraction["retrieval"]) == set(extraction["retrieval_k10"])
     gates_zero(report)
     assert not list(tmp_path.glob("memctl-eval-*"))  # the temporary homes are gone
 
