@@ -31,7 +31,12 @@ DIM = 384
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
+def build(home: Path, n: int, partitions: int, seed: int = 0, *, first: int = 0) -> None:
+    """Write ``n`` episodes over ``partitions`` partitions into ``home``.
+
+    ``first`` > 0 appends a later night's episodes to a built home: the same problem centres,
+    new ids (``p{p}-e{first + i}``) and later times, so they are new beyond the watermark.
+    """
     from memory_core.config import load_settings
     from memory_core.stores import open_stores
     from memory_core.stores.schemas import TS, schema_for
@@ -43,6 +48,8 @@ def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
     per = n // partitions
     problems = 40
     centres = rng.standard_normal((partitions, problems, DIM)).astype(np.float32)
+    if first:
+        rng = np.random.default_rng([seed, first])  # the same centres, other episodes
     schema = schema_for("episodes", DIM)
     table = stores.lance.table("episodes")
     patterns = [
@@ -57,11 +64,11 @@ def build(home: Path, n: int, partitions: int, seed: int = 0) -> None:
         pat = rng.integers(0, len(patterns), per)
         cause = rng.integers(0, 2, per)
         ok = (pat % 2 == cause) | (rng.random(per) < 0.05)
-        ids = [f"p{p}-e{i}" for i in range(per)]
-        occurred = [T0 + timedelta(minutes=int(i)) for i in range(per)]
+        ids = [f"p{p}-e{first + i}" for i in range(per)]
+        occurred = [T0 + timedelta(minutes=int(first + i)) for i in range(per)]
         cols = {
             "episode_id": ids,
-            "session_id": [f"p{p}-s{i // 3}" for i in range(per)],
+            "session_id": [f"p{p}-s{(first + i) // 3}" for i in range(per)],
             "occurred_at": pa.array(occurred, TS),
             "source_role": ["agent"] * per,
             "goal": [f"problem {k} in partition {p}" for k in prob],

@@ -1,6 +1,7 @@
 """The nightly flow on one input, thread runner vs a local Dask cluster (2 worker processes).
 
     python bench/scale.py --sizes 100000 300000 [--per-partition 10000] [--runners threads dask]
+    python bench/scale.py --sizes 1000000 --runners threads --incremental 0.01
 
 Data: ``bench/consolidate.py``'s generator (384-d, 40 noisy problems per partition, action
 patterns whose success depends on a condition), ``per-partition`` episodes per partition. For
@@ -14,7 +15,16 @@ ephemeral Prefect server (not timed), then
   (cluster + mine) on the runner, score (heuristic), review batches, staleness, report;
 * ``partition_s`` -- cluster + mine seconds summed over partitions, as the tasks measured
   them (on Dask, inside the worker processes);
-* ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers).
+* ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers);
+* ``peak_rss_mb`` -- the flow process's peak resident memory after the first night;
+* ``incremental_s`` -- with ``--incremental F``: a second night after ``F`` x episodes more
+  arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``).
+
+Floors, measured in the same invocation right after the flows, in their own process on the
+runner's copy of the home (``--floors``, on by default): ``floor_scan_s`` reads every vector
+of the episodes table (batches of 64k rows, as numpy); ``floor_assign_s`` is the same scan
+plus one assignment pass of every row to its nearest of 1,000 unit centroids by one GEMM per
+batch (argmax). Together they are the least any pass over the vectors costs on this machine.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from consolidate import T0, build
+from consolidate import DIM, T0, build
 
 
 def _cpu() -> float:
@@ -42,7 +52,41 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(home: Path, runner: str, workers: int) -> dict[str, object]:
+def _rss_mb() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def floors(home: Path, centroids: int = 1000, batch: int = 65_536) -> dict[str, float]:
+    """Bare scan of the vectors, then scan + one GEMM assignment pass (nearest centroid)."""
+    import lance
+    import numpy as np
+
+    uri = str(home / "lance" / "episodes.lance")
+    if not Path(uri).exists():
+        uri = next(str(p) for p in home.rglob("episodes.lance"))
+    dataset = lance.dataset(uri)
+
+    def vectors() -> object:
+        for rb in dataset.to_batches(columns=["vector"], batch_size=batch):
+            col = rb.column(0)
+            yield col.values.to_numpy().reshape(len(col), -1)
+
+    t0 = time.perf_counter()
+    rows = sum(len(x) for x in vectors())
+    scan = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    cents = rng.standard_normal((centroids, DIM)).astype(np.float32)
+    cents /= np.linalg.norm(cents, axis=1, keepdims=True)
+    t0 = time.perf_counter()
+    counts = np.zeros(centroids, dtype=np.int64)
+    for x in vectors():
+        counts += np.bincount(np.argmax(x @ cents.T, axis=1), minlength=centroids)
+    assign = time.perf_counter() - t0
+    assert int(counts.sum()) == rows
+    return {"rows": rows, "floor_scan_s": round(scan, 1), "floor_assign_s": round(assign, 1)}
+
+
+def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> dict[str, object]:
     """In a fresh process: time one nightly run on ``runner``."""
     from prefect import flow
 
@@ -68,7 +112,7 @@ def run_one(home: Path, runner: str, workers: int) -> dict[str, object]:
     partition_s = sum(
         sum((r.get("seconds") or {}).values()) for r in summary["results"] if not r["skipped"]
     )
-    return {
+    out: dict[str, object] = {
         "runner": summary.get("runner", runner),
         "partitions": summary["partitions"],
         "candidates": sum(summary["candidates_by_status"].values()),
@@ -76,7 +120,21 @@ def run_one(home: Path, runner: str, workers: int) -> dict[str, object]:
         "flow_s": round(flow_s, 1),
         "partition_s": round(partition_s, 1),
         "cpu_s": round(_cpu() - cpu0, 1),
+        "peak_rss_mb": _rss_mb(),
     }
+    if incremental > 0:
+        episodes = sum(int(r.get("cluster", {}).get("episodes") or 0) for r in summary["results"])
+        parts = int(summary["partitions"])
+        new = max(parts, round(episodes * incremental))
+        build(home, new, parts, first=episodes // parts)  # later ids and times per partition
+        cpu0 = _cpu()
+        t0 = time.perf_counter()
+        again = run_nightly(settings, now=T0 + timedelta(days=91))
+        out["incremental_s"] = round(time.perf_counter() - t0, 1)
+        out["incr_cpu_s"] = round(_cpu() - cpu0, 1)
+        out["incr_episodes"] = new
+        out["incr_partitions_done"] = sum(1 for r in again["results"] if not r["skipped"])
+    return out
 
 
 def main() -> None:
@@ -85,11 +143,22 @@ def main() -> None:
     parser.add_argument("--per-partition", type=int, default=10_000)
     parser.add_argument("--runners", nargs="+", default=["threads", "dask"])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--incremental",
+        type=float,
+        default=0.0,
+        help="then a second night with this share of new episodes (0.01 = 1%%)",
+    )
+    parser.add_argument("--no-floors", dest="floors", action="store_false")
     parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--floor", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--runner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        print(json.dumps(run_one(args.run, args.runner, args.workers)))
+        print(json.dumps(run_one(args.run, args.runner, args.workers, args.incremental)))
+        return
+    if args.floor:
+        print(json.dumps(floors(args.floor)))
         return
     results = []
     for n in args.sizes:
@@ -113,7 +182,7 @@ def main() -> None:
                 load0 = os.getloadavg()[0]
                 out = subprocess.run(
                     [sys.executable, __file__, "--run", str(home), "--runner", runner,
-                     "--workers", str(args.workers)],
+                     "--workers", str(args.workers), "--incremental", str(args.incremental)],
                     capture_output=True, text=True, env=env, check=False,
                 )  # fmt: skip
                 if out.returncode != 0:
@@ -125,6 +194,14 @@ def main() -> None:
                     load_before=round(load0, 1),
                     load_after=round(os.getloadavg()[0], 1),
                 )
+                if args.floors:
+                    floor = subprocess.run(
+                        [sys.executable, __file__, "--floor", str(home)],
+                        capture_output=True, text=True, env=env, check=True,
+                    )  # fmt: skip
+                    res.update(json.loads(floor.stdout.strip().splitlines()[-1]))
+                    res["flow_over_floor"] = round(res["flow_s"] / res["floor_assign_s"], 2)
+                    res["load_after_floors"] = round(os.getloadavg()[0], 1)
                 print(json.dumps(res), flush=True)
                 results.append(res)
                 shutil.rmtree(home)

@@ -19,9 +19,11 @@ from memory_core.stores.meta import MetaStore
 
 __all__ = [
     "DECIDED_STATUSES",
+    "count_by_status",
     "get_candidates",
     "list_candidates",
     "merge_candidate_stats",
+    "run_candidate_rows",
     "set_candidate_scores",
     "set_candidate_status",
     "upsert_candidates",
@@ -49,14 +51,17 @@ def upsert_candidates(
     if not incoming:
         return counts
     with meta.transaction() as con:
-        existing = {
-            cid: (status, chash, json.loads(body).get("status"))
-            for cid, status, chash, body in con.execute(
-                "SELECT candidate_id, status, content_hash, body FROM candidates "
-                "WHERE list_contains(?, candidate_id)",
-                [list(incoming)],
+        con.register(
+            "wanted_ids", pa.table({"candidate_id": pa.array(list(incoming), pa.string())})
+        )
+        try:
+            found = con.execute(
+                "SELECT c.candidate_id, c.status, c.content_hash, c.body->>'$.status' "
+                "FROM candidates c JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
             ).fetchall()
-        }
+        finally:
+            con.unregister("wanted_ids")
+        existing = {cid: (status, chash, body_status) for cid, status, chash, body_status in found}
         writes: list[tuple[Candidate, str]] = []
         for cid, cand in incoming.items():
             chash = cand.content_hash()
@@ -138,8 +143,8 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
         updated_at = excluded.updated_at"""
     )
     con.execute(
-        "DELETE FROM candidate_evidence WHERE list_contains(?, candidate_id)",
-        [[c.candidate_id for c, _ in writes]],
+        "DELETE FROM candidate_evidence WHERE candidate_id IN "
+        "(SELECT candidate_id FROM incoming_candidates)"
     )
     con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
     con.unregister("incoming_candidates")
@@ -215,33 +220,58 @@ def set_candidate_scores(
     """Record importance, scorer and any extra fields (rationale, risk flags) per candidate.
 
     ``scores[cid]`` holds ``importance``, ``scorer``, optional ``status`` and ``stats`` keys to
-    merge into the candidate's stats (e.g. rationale, risk_flags).
+    merge into the candidate's stats (e.g. rationale, risk_flags). One read and one bulk
+    update whatever the number of candidates (row-by-row UPDATEs took ~12 ms each).
     """
+    if not scores:
+        return
     with meta.transaction() as con:
-        for cid, score in scores.items():
-            row = con.execute(
-                "SELECT body FROM candidates WHERE candidate_id = ?", [cid]
-            ).fetchone()
-            if row is None:
-                continue
-            body = json.loads(row[0])
+        rows: list[tuple[str, Any, Any, str, str]] = []
+        for cid, raw in _bodies(con, list(scores)):
+            score = scores[cid]
+            body = json.loads(raw)
             body["importance"] = score.get("importance")
             body["scorer"] = score.get("scorer")
             if "status" in score:
                 body["status"] = score["status"]
             body["stats"] = {**body.get("stats", {}), **score.get("stats", {})}
+            rows.append(
+                (cid, body["importance"], body["scorer"], body["status"],
+                 json.dumps(body, sort_keys=True))
+            )  # fmt: skip
+        if not rows:
+            return
+        incoming = pa.table(
+            {
+                "candidate_id": pa.array([r[0] for r in rows], pa.string()),
+                "importance": pa.array([r[1] for r in rows], pa.float64()),
+                "scorer": pa.array([r[2] for r in rows], pa.string()),
+                "status": pa.array([r[3] for r in rows], pa.string()),
+                "body": pa.array([r[4] for r in rows], pa.string()),
+            }
+        )
+        con.register("incoming_scores", incoming)
+        try:
             con.execute(
-                """UPDATE candidates SET importance = ?, scorer = ?, status = ?, body = ?,
-                updated_at = ? WHERE candidate_id = ?""",
-                [
-                    body["importance"],
-                    body["scorer"],
-                    body["status"],
-                    json.dumps(body, sort_keys=True),
-                    now,
-                    cid,
-                ],
+                """UPDATE candidates SET importance = s.importance, scorer = s.scorer,
+                status = s.status, body = s.body, updated_at = ?
+                FROM incoming_scores s WHERE candidates.candidate_id = s.candidate_id""",
+                [now],
             )
+        finally:
+            con.unregister("incoming_scores")
+
+
+def _bodies(con: Any, ids: list[str]) -> list[tuple[str, str]]:
+    """``(candidate_id, body)`` of the given ids that exist, by a join (not a list scan)."""
+    con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
+    try:
+        return con.execute(
+            "SELECT c.candidate_id, c.body FROM candidates c "
+            "JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+        ).fetchall()
+    finally:
+        con.unregister("wanted_ids")
 
 
 def merge_candidate_stats(
@@ -261,3 +291,28 @@ def merge_candidate_stats(
                 "UPDATE candidates SET body = ?, updated_at = ? WHERE candidate_id = ?",
                 [json.dumps(body, sort_keys=True), now, cid],
             )
+
+
+def count_by_status(meta: MetaStore) -> dict[str, int]:
+    """``{status: candidates}`` in one GROUP BY (no candidate bodies are parsed)."""
+    with meta.connect() as con:
+        rows = con.execute("SELECT status, count(*) FROM candidates GROUP BY status").fetchall()
+    return {str(status): int(n) for status, n in sorted(rows)}
+
+
+def run_candidate_rows(meta: MetaStore, run_id: str) -> list[dict[str, Any]]:
+    """Ids and counts of the candidates a run inserted or changed (what flows publish).
+
+    Read by SQL, not by validating every body: the nightly
+    summary of a 1M-episode run lists ~13k candidates.
+    """
+    with meta.connect() as con:
+        rows = con.execute(
+            """SELECT candidate_id, kind, tenant_id, namespace, status,
+            coalesce(json_array_length(body, '$.support_ids'), 0),
+            coalesce(json_array_length(body, '$.counterexample_ids'), 0)
+            FROM candidates WHERE run_id = ? ORDER BY tenant_id, namespace, candidate_id""",
+            [run_id],
+        ).fetchall()
+    keys = ("candidate_id", "kind", "tenant", "namespace", "status", "support", "counterexamples")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

@@ -8,6 +8,7 @@ distance are what they are.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,10 +164,11 @@ class LeaderState:
         return row
 
     def join(self, row: int, feature: np.ndarray) -> None:
-        self.sums[row] += feature
-        self.sizes[row] += 1
         total = self.sums[row]
-        self.centroids[row] = total / max(float(np.linalg.norm(total)), 1e-12)
+        total += feature
+        self.sizes[row] += 1
+        # what np.linalg.norm computes for a 1-D float array, without its dispatch overhead
+        self.centroids[row] = total / max(math.sqrt(total @ total), 1e-12)
 
     def join_many(self, rows: np.ndarray, features: np.ndarray) -> None:
         if len(rows) == 0:

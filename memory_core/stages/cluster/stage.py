@@ -81,7 +81,7 @@ __all__ = ["ClusterResult", "cluster_partition", "list_clusters"]
 
 logger = logging.getLogger(__name__)
 
-_CODE_PATTERN = r'"error_code":"(?P<code>[^"\\]*)"'
+_CODE_PATTERN = r'"error_code"\s*:\s*"(?P<code>[^"\\]*)"'
 _EPISODE_COLUMNS = ["episode_id", "subject_id", "occurred_at", "goal", "actions", "conditions"]
 
 
