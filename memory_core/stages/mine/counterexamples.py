@@ -56,7 +56,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -322,8 +322,9 @@ def format_conditions(conditions: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(conditions.items()))
 
 
-@dataclass(frozen=True)
-class _Ep:
+class _Ep(NamedTuple):
+    """One episode as mining reads it (a named tuple: built for every row of every cluster)."""
+
     episode_id: str
     subject_id: str | None
     session_id: str | None

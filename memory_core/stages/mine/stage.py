@@ -169,16 +169,26 @@ def _load(stores: Stores, partition: Partition) -> tuple[int, list[dict[str, Any
     total = table.num_rows
     has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
     table = table.filter(pc.or_kleene(_with_claims(table), has_actions))
-    columns = {name: table.column(name).to_pylist() for name in _COLUMNS if name != "text"}
+    plain = [name for name in _COLUMNS if name not in ("conditions", "claims", "text")]
+    rows = [
+        dict(zip(plain, values, strict=True))
+        for values in zip(*(table.column(name).to_pylist() for name in plain), strict=True)
+    ]
     claim_rows = _with_claims(table)
     texts = iter(table.column("text").filter(claim_rows).to_pylist())
-    rows = []
-    for i, with_claims in enumerate(claim_rows.to_pylist()):
-        row = {name: values[i] for name, values in columns.items()}
-        row["conditions"] = json.loads(row["conditions"]) if row["conditions"] else {}
-        row["claims"] = json.loads(row["claims"]) if with_claims else []
+    claims = iter(table.column("claims").filter(claim_rows).to_pylist())
+    parsed: dict[str, dict[str, Any]] = {}  # episodes of one problem often repeat conditions
+    conditions = table.column("conditions").to_pylist()
+    for row, cond, with_claims in zip(rows, conditions, claim_rows.to_pylist(), strict=True):
+        if cond:
+            if cond not in parsed:
+                parsed[cond] = json.loads(cond)
+            value = parsed[cond]
+            row["conditions"] = dict(value) if isinstance(value, dict) else value  # own copy
+        else:
+            row["conditions"] = {}
+        row["claims"] = json.loads(next(claims)) if with_claims else []
         row["text"] = next(texts) if with_claims else None
-        rows.append(row)
     return total, rows
 
 
