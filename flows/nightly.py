@@ -2,12 +2,12 @@
 
 One task per stage, mapped over scope partitions (tenant, namespace). Tasks take only plain
 values (settings as a dict, partition keys, the clock) and open the stores themselves, so the
-same flow runs on threads, Dask or Ray. The stage ledger makes a rerun skip what is done.
+same flow runs on threads, Dask or Ray. The stage ledger makes a rerun skip what is done
+(memory_core/stages/stage_ledger.py: the protocol is library code; tasks only call it).
 """
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,21 +21,13 @@ from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.lease import hold as hold_lease
-from memory_core.models import content_hash
 from memory_core.report import rows_by_status, write_report
-from memory_core.stages.cluster import cluster_partition
-from memory_core.stages.mine import mine_partition
-from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
+from memory_core.stages.consolidate import STAGE, consolidation_plan
+from memory_core.stages.consolidate import consolidate_partition as consolidate
+from memory_core.stages.stage_ledger import LedgeredWork
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.candidates import list_candidates
-from memory_core.stores.extract import fact_digests
-from memory_core.stores.ledger import (
-    finish_run,
-    ledger_has,
-    record_stage,
-    set_watermark,
-    start_run,
-)
+from memory_core.stores.ledger import finish_run, start_run
 
 __all__ = ["nightly_consolidation", "run_nightly"]
 
@@ -53,18 +45,6 @@ def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
     return settings, open_stores(settings)
 
 
-def _config_key(settings: Settings, *, recluster: bool) -> str:
-    return content_hash(
-        [
-            settings.cluster.model_dump(),
-            settings.policy.model_dump(),
-            settings.claims.model_dump(),
-            settings.extract.model_dump(),
-            recluster,
-        ]
-    )
-
-
 @task(name="consolidate-partition", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
 def consolidate_partition(
     *,
@@ -77,54 +57,16 @@ def consolidate_partition(
     max_recorded_iso: str | None,
     recluster: bool,
 ) -> dict[str, Any]:
-    """Cluster, then mine counterexamples and claims, for one partition."""
+    """Cluster, then mine, for one partition under the stage ledger (stages/consolidate.py)."""
     settings, stores = _stores(settings_data)
-    partition = Partition(tenant_id, namespace)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    if ledger_has(stores.meta, stage=STAGE, partition_key=partition.key, input_hash=input_hash):
-        return {"partition": partition.key, "skipped": True}
-    started = datetime.now(UTC)
-    t0 = time.perf_counter()
-    with stores.meta.session():
-        clustered = cluster_partition(
-            stores, settings.cluster, ctx, partition, recluster=recluster, steps=settings.steps
-        )
-        t1 = time.perf_counter()
-        crash_point("partition.clustered")
-        mined = mine_partition(stores, settings, ctx, partition)
-    t2 = time.perf_counter()
-    crash_point("partition.mined")
-    result = {
-        "partition": partition.key,
-        "skipped": False,
-        "cluster": clustered.as_dict(),
-        "mine": mined.as_dict(),
-        "seconds": {"cluster": round(t1 - t0, 3), "mine": round(t2 - t1, 3)},
-    }
-    # the watermark first, the ledger last: the ledger entry makes a rerun skip the
-    # partition, so anything written after it would be lost by a crash in between
-    if max_recorded_iso:
-        set_watermark(
-            stores.meta,
-            tenant_id=tenant_id,
-            namespace=namespace,
-            stage=STAGE,
-            recorded_at=datetime.fromisoformat(max_recorded_iso),
-            run_id=run_id,
-            now=ctx.now,
-        )
-    crash_point("partition.watermark")
-    record_stage(
-        stores.meta,
+    unit = LedgeredWork(
         stage=STAGE,
-        partition_key=partition.key,
+        partition=Partition(tenant_id, namespace),
         input_hash=input_hash,
-        run_id=run_id,
-        started_at=started,
-        finished_at=datetime.now(UTC),
-        result=result,
+        watermark_at=datetime.fromisoformat(max_recorded_iso) if max_recorded_iso else None,
     )
-    return result
+    return consolidate(stores, settings, ctx, unit, recluster=recluster)
 
 
 @task(name="extract-facts", cache_policy=NO_CACHE)
@@ -284,30 +226,26 @@ def _consolidate(
         clock=ctx.now,
         params={"recluster": recluster},
     )
-    config_key = _config_key(settings, recluster=recluster)
     extracted = extract_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
     if extracted.get("skipped"):
         logger.warning("%s", extracted["skipped"])
     crash_point("nightly.extracted")
-    # a partition whose extracted facts changed is mined again even without new episodes
-    facts_state = fact_digests(stores.meta)
-    plan: list[PartitionWork] = plan_partitions(stores)
-    futures = []
-    for work in plan:
-        futures.append(
-            consolidate_partition.submit(
-                settings_data=settings_data,
-                tenant_id=work.partition.tenant_id,
-                namespace=work.partition.namespace,
-                run_id=ctx.run_id,
-                now_iso=now_iso,
-                input_hash=work.input_hash(config_key + facts_state.get(work.partition.key, "")),
-                max_recorded_iso=work.max_recorded_at.isoformat() if work.max_recorded_at else None,
-                recluster=recluster,
-            )
+    plan = consolidation_plan(stores, settings, recluster=recluster)
+    futures = [
+        consolidate_partition.submit(
+            settings_data=settings_data,
+            tenant_id=item.unit.partition.tenant_id,
+            namespace=item.unit.partition.namespace,
+            run_id=ctx.run_id,
+            now_iso=now_iso,
+            input_hash=item.unit.input_hash,
+            max_recorded_iso=item.unit.watermark_at.isoformat() if item.unit.watermark_at else None,
+            recluster=recluster,
         )
+        for item in plan
+    ]
     results = [f.result() for f in futures]
     crash_point("nightly.partitions_done")
     scored = score_task.submit(

@@ -1,0 +1,82 @@
+"""The stage-ledger and watermark protocol: run one stage on one partition at most once per input.
+
+This is what makes a killed night converge on rerun. The order is the whole protocol:
+
+1. the ledger has (stage, partition, input hash) as done -> skip, write nothing;
+2. otherwise do the work (itself idempotent: deterministic ids, upserts);
+3. advance the partition's watermark (only after the work committed, never before: a crash
+   during the work must leave the episodes counted as new);
+4. record the ledger entry last: it makes a rerun skip the partition, so anything written
+   after it would be lost by a crash in between.
+
+A crash anywhere before step 4 redoes the partition, which writes nothing twice. Library code,
+no orchestrator: flows call :func:`run_once`, and so can the CLI or a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from memory_core.context import Partition
+from memory_core.crash import crash_point
+from memory_core.stores.ledger import ledger_has, record_stage, set_watermark
+from memory_core.stores.meta import MetaStore
+
+__all__ = ["LedgeredWork", "run_once"]
+
+
+@dataclass(frozen=True)
+class LedgeredWork:
+    """What identifies one unit of partition work in the ledger, and how far it reaches.
+
+    ``watermark_at`` is the newest input transaction time the work covers (None: the work
+    moves no watermark)."""
+
+    stage: str
+    partition: Partition
+    input_hash: str
+    watermark_at: datetime | None = None
+
+
+def run_once(
+    meta: MetaStore,
+    unit: LedgeredWork,
+    work: Callable[[], dict[str, Any]],
+    *,
+    run_id: str,
+    now: datetime,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> dict[str, Any]:
+    """``work()``'s result for ``unit``, or ``{"partition": key, "skipped": True}`` when the
+    ledger says this input is done. ``now`` is the run's clock (the watermark's update time);
+    ``clock`` gives the wall-clock start and finish the ledger keeps."""
+    key = unit.partition.key
+    if ledger_has(meta, stage=unit.stage, partition_key=key, input_hash=unit.input_hash):
+        return {"partition": key, "skipped": True}
+    started = clock()
+    result = {"partition": key, "skipped": False, **work()}
+    if unit.watermark_at is not None:
+        set_watermark(
+            meta,
+            tenant_id=unit.partition.tenant_id,
+            namespace=unit.partition.namespace,
+            stage=unit.stage,
+            recorded_at=unit.watermark_at,
+            run_id=run_id,
+            now=now,
+        )
+    crash_point("partition.watermark")
+    record_stage(
+        meta,
+        stage=unit.stage,
+        partition_key=key,
+        input_hash=unit.input_hash,
+        run_id=run_id,
+        started_at=started,
+        finished_at=clock(),
+        result=result,
+    )
+    return result
