@@ -189,12 +189,8 @@ def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:
     if not ids:
         return []
     with meta.connect() as con:
-        rows = con.execute(
-            "SELECT body FROM candidates WHERE list_contains(?, candidate_id) "
-            "ORDER BY candidate_id",
-            [ids],
-        ).fetchall()
-    return _from_rows(rows)
+        found = sorted(_bodies(con, list(dict.fromkeys(ids))))  # by id, as before
+    return _from_rows([(body,) for _, body in found])
 
 
 def set_candidate_status(

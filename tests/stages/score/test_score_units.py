@@ -187,10 +187,14 @@ def test_feedback_polarity(text: str, polarity: int) -> None:
     assert feedback_polarity(text) == polarity
 
 
+@pytest.mark.parametrize("scan_over", [5_000, 0], ids=["in-lists", "tenant-scan"])
 def test_evidence_reads_supporting_episodes_within_the_tenant(
-    stores: Stores, ingest: Callable[..., Any]
+    stores: Stores, ingest: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, scan_over: int
 ) -> None:
+    """Both ways of reading the episodes (IN lists; one tenant scan when ids are many)."""
     from tests.conftest import episode, lines_of
+
+    monkeypatch.setattr("memory_core.stages.score.evidence._SCAN_OVER", scan_over)
 
     ingest(
         lines_of(
