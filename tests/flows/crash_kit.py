@@ -1,28 +1,25 @@
-"""What the crash harness needs besides the flow: a fake Anthropic API on loopback, the
+"""What the crash harness needs besides the flow: the fake Anthropic API's answers, the
 scenario, and a snapshot of every table that ignores what legitimately differs between runs.
 
-The fake API is ``FakeAnthropic`` (tests/stages/score) behind a real HTTP server on
-127.0.0.1, so the flow's subprocess drives the real SDK through ``ANTHROPIC_BASE_URL`` and
-every request it makes, in any process, is counted here.
+The fake API is the kit's ``FakeAnthropic`` behind its loopback HTTP server
+(tests/kit/anthropic_server.py), so the flow's subprocess drives the real SDK through
+``ANTHROPIC_BASE_URL`` and every request it makes, in any process, is counted here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-
-import httpx2
 
 from memory_core.stores import Stores
 from memory_core.stores.schemas import ID_COLUMN, TABLES
 from tests.conftest import episode, lines_of
 from tests.flows.test_nightly import _seed_scenario
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import VALID, FakeAnthropic
+from tests.kit.anthropic_server import fake_anthropic_server as kit_server
 
 # Columns that name the run or the wall-clock time of a write: a killed run and its rerun
 # stamp them differently, and that is not a difference in the memory.
@@ -57,49 +54,11 @@ REPORT_COLUMNS = {"stage_ledger": {"result"}}
 REPORT_ROWS = {"llm_ledger": ("mode", "outcome")}  # spend rows are compared, outcome rows not
 
 
-class _Handler(BaseHTTPRequestHandler):
-    fake: FakeAnthropic
-    lock: threading.Lock
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = self.rfile.read(length) if length else b""
-        request = httpx2.Request(
-            self.command, f"http://api.test{self.path}", headers=dict(self.headers), content=body
-        )
-        with self.lock:
-            response = self.fake.handler(request)
-        payload = response.content
-        self.send_response(response.status_code)
-        for key, value in response.headers.items():
-            if key.lower() not in ("content-length", "transfer-encoding", "content-encoding"):
-                self.send_header(key, value)
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    do_GET = _serve  # noqa: N815
-    do_POST = _serve  # noqa: N815
-
-    def log_message(self, *args: Any) -> None:  # quiet
-        return
-
-
 @contextmanager
 def fake_anthropic_server() -> Iterator[tuple[FakeAnthropic, str]]:
-    """(the fake, its base URL) for the duration of the block."""
-    fake = FakeAnthropic()
-    fake.answer = crash_answer
-    handler = type("Handler", (_Handler,), {"fake": fake, "lock": threading.Lock()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield fake, fake.base_url
-    finally:
-        server.shutdown()
-        server.server_close()
+    """The kit's loopback fake API answering as ``crash_answer``: (the fake, its base URL)."""
+    with kit_server(crash_answer) as served:
+        yield served
 
 
 def scenario_lines() -> list[str]:
@@ -142,7 +101,6 @@ def scenario_lines() -> list[str]:
 def crash_answer(params: dict[str, Any], attempt: int) -> str:
     """The fake's answer: an extraction for extraction requests, a valid score otherwise."""
     from memory_core.stages.extract.prompt import RUBRIC as EXTRACT_RUBRIC
-    from tests.stages.score.test_score_fakes import VALID
 
     if params.get("system", [{}])[0].get("text") != EXTRACT_RUBRIC:
         return json.dumps(VALID)

@@ -25,8 +25,8 @@ from memory_core.config import load_settings
 from memory_core.lease import current_holder
 from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, snapshot
-from tests.flows.local_prefect import LocalPrefect, local_prefect
 from tests.flows.test_crash_nightly import NOW, template  # noqa: F401 (fixture)
+from tests.kit.prefect import LocalPrefect, local_prefect
 
 LATER = NOW + timedelta(days=60)
 

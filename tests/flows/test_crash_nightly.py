@@ -32,8 +32,8 @@ from memory_core.lease import current_holder
 from memory_core.stages.ingest import ingest_records
 from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, fake_anthropic_server, scenario_lines, snapshot
-from tests.flows.local_prefect import LocalPrefect, local_prefect
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import FakeAnthropic
+from tests.kit.prefect import LocalPrefect, local_prefect
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 

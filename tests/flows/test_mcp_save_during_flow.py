@@ -18,7 +18,7 @@ import duckdb
 from flows.nightly import run_nightly
 from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
-from tests.mcp_kit import result_json, stdio_session
+from tests.kit.mcp import result_json, stdio_session
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 TENANT = "acme"

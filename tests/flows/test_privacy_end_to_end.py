@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.flows.local_prefect import LocalPrefect, _free_port, _healthy
+from tests.kit.prefect import LocalPrefect, _free_port, _healthy
 
 SUBJECT = "quentin.privacy"
 SAID = "Please send my payslips to the Basel office from now on."

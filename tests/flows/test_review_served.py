@@ -48,7 +48,7 @@ from memory_core.stages.score import score_candidates
 from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch, set_flow_run
-from tests.flows.local_prefect import local_prefect
+from tests.kit.prefect import local_prefect
 
 pytestmark = pytest.mark.slow
 

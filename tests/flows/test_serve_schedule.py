@@ -28,7 +28,7 @@ from memory_core.stages import forget as forget_stage
 from memory_core.stores import forgetting as fstore
 from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
-from tests.flows.local_prefect import local_prefect
+from tests.kit.prefect import local_prefect
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 8, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from memory_core.config import load_settings
 from memory_core.mcp_server.auth import TokenTable
-from tests.mcp_kit import server_env
+from tests.kit.mcp import server_env
 
 
 def memctl(*args: str) -> subprocess.CompletedProcess[str]:

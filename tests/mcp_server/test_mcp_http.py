@@ -23,7 +23,7 @@ from memory_core.mcp_server.auth import hash_token
 from memory_core.stages.ingest import ingest_records
 from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
-from tests.mcp_kit import (
+from tests.kit.mcp import (
     error_text,
     free_port,
     http_session,

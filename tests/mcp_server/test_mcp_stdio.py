@@ -17,7 +17,7 @@ from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.stages.forget import process_deletion_requests
 from memory_core.stores import open_stores
-from tests.mcp_kit import (
+from tests.kit.mcp import (
     DEMO_TENANT,
     build_demo_home,
     error_text,

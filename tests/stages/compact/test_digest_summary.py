@@ -1,6 +1,6 @@
 """Digest summaries by Claude: batched, checked, cached, and forgotten with their sources.
 
-The real Anthropic SDK talks to the fake API of tests/stages/score/test_score_fakes.py through
+The real Anthropic SDK talks to the fake API of tests/kit/anthropic.py through
 an httpx2 mock transport; the stores are real.
 """
 
@@ -20,7 +20,7 @@ from memory_core.stages.compact.digest_summary import (
 )
 from memory_core.stages.forget import forget_subject, run_forgetting
 from memory_core.stores.llm import ledger_entries, open_batches
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import FakeAnthropic
 
 SUMMARY = "Resetting the network adapter cleared error 720 when the adapter mismatched."
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from extract_kit import NOW, TableEmbedder, conversation, extract_answer, ingest, turn
+from extract_kit import NOW, conversation, extract_answer, ingest, turn
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
@@ -23,7 +23,8 @@ from memory_core.stores import Stores
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.clusters import blocked_claim_episodes
 from memory_core.stores.extract import extracted_facts
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import FakeAnthropic
+from tests.kit.embedders import TableEmbedder
 
 PARTITION = Partition("acme", "chat")
 HIKING = {"likes hiking in the mountains", "enjoys hiking in mountains"}

@@ -12,7 +12,7 @@ from memory_core.context import RunContext
 from memory_core.stages.extract import extract_facts
 from memory_core.stages.staleness import run_staleness
 from memory_core.stores.facts import list_rows
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import FakeAnthropic
 
 NOW = at("2026-08-01T12:00:00Z")
 LATER = at("2026-08-05T12:00:00Z")

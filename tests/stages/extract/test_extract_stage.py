@@ -16,7 +16,7 @@ from memory_core.stages.extract import NO_KEY_MESSAGE, extract_facts
 from memory_core.stores import Stores
 from memory_core.stores.extract import extracted_facts
 from memory_core.stores.llm import BatchStatus, ledger_entries, list_batches
-from tests.stages.score.test_score_fakes import FakeAnthropic, status_response
+from tests.kit.anthropic import FakeAnthropic, status_response
 
 
 class Crash(Exception):

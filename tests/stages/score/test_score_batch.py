@@ -7,8 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from test_score_fakes import T0 as NOW
-from test_score_fakes import VALID, FakeAnthropic, candidate, error_body, status_response
 
 from memory_core.config import ScoreConfig, Settings
 from memory_core.context import RunContext
@@ -17,6 +15,8 @@ from memory_core.stages.score import score_candidates
 from memory_core.stores import Stores
 from memory_core.stores.candidates import get_candidates, upsert_candidates
 from memory_core.stores.llm import BatchStatus, ledger_entries, list_batches
+from tests.kit.anthropic import T0 as NOW
+from tests.kit.anthropic import VALID, FakeAnthropic, candidate, error_body, status_response
 
 
 class Crash(Exception):

@@ -7,14 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from test_score_fakes import T0 as NOW
-from test_score_fakes import candidate
-
 from memory_core.config import Settings
 from memory_core.models import CandidateKind, ProcedureSpec
 from memory_core.stores import Stores
 from memory_core.stores.candidates import set_candidate_scores, upsert_candidates
 from memory_core.stores.llm import list_batches
+from tests.kit.anthropic import T0 as NOW
+from tests.kit.anthropic import candidate
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "llm_cost.py"
 

@@ -14,8 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
-from test_score_fakes import T0 as NOW
-from test_score_fakes import VALID, FakeAnthropic, candidate, message_body, status_response
 
 from memory_core.config import ScoreConfig, Settings, load_settings
 from memory_core.context import RunContext
@@ -29,6 +27,8 @@ from memory_core.stores.candidates import (
     upsert_candidates,
 )
 from memory_core.stores.llm import ledger_entries
+from tests.kit.anthropic import T0 as NOW
+from tests.kit.anthropic import VALID, FakeAnthropic, candidate, message_body, status_response
 
 
 def config(settings: Settings, **overrides: Any) -> ScoreConfig:

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_score_fakes import T0 as NOW
-from test_score_fakes import VALID, candidate
 
 from memory_core.config import ScoreConfig
 from memory_core.models import Authority
@@ -28,6 +26,8 @@ from memory_core.stages.score.prompt import (
 )
 from memory_core.stages.score.results import ScoreInput, Usage
 from memory_core.stores import Stores
+from tests.kit.anthropic import T0 as NOW
+from tests.kit.anthropic import VALID, candidate
 
 
 def blocks(text: str) -> list[Any]:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import anthropic
-import httpx2
 import pytest
 
 from memory_core.config import load_settings
@@ -23,6 +20,7 @@ from memory_core.stages.score.workflow_text import (
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import get_candidates, upsert_candidates
 from memory_core.stores.llm import ledger_entries
+from tests.kit.anthropic import ToolUseAnthropic
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 LOOKUP = "get_user_details(user_id=$user_id)"
@@ -65,33 +63,11 @@ def _candidate(cid: str) -> Candidate:
     )
 
 
-class FakeApi:
-    """The Messages API's HTTP surface: answers with a tool_use block, records bodies."""
-
-    def __init__(self, steps: list[str]) -> None:
-        self.steps = steps
-        self.bodies: list[dict[str, Any]] = []
-
-    def handler(self, request: httpx2.Request) -> httpx2.Response:
-        assert request.url.path == "/v1/messages"
-        body = json.loads(request.content)
-        self.bodies.append(body)
-        answer = {"name": "Cancel a reservation", "when_to_use": "the customer asks to cancel",
-                  "steps": self.steps, "pitfalls": []}  # fmt: skip
-        return httpx2.Response(200, json={
-            "id": f"msg_{len(self.bodies)}", "type": "message", "role": "assistant",
-            "model": body["model"], "stop_reason": "tool_use", "stop_sequence": None,
-            "content": [{"type": "tool_use", "id": "tu_1", "name": "record_workflow",
-                         "input": answer}],
-            "usage": {"input_tokens": 300, "output_tokens": 80,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
-        })  # fmt: skip
-
-    def client(self) -> anthropic.Anthropic:
-        transport = httpx2.MockTransport(self.handler)
-        return anthropic.Anthropic(
-            api_key="sk-test", http_client=httpx2.Client(transport=transport)
-        )
+def workflow_api(steps: list[str]) -> ToolUseAnthropic:
+    """The Messages API answering with a ``record_workflow`` tool call of these steps."""
+    answer = {"name": "Cancel a reservation", "when_to_use": "the customer asks to cancel",
+              "steps": steps, "pitfalls": []}  # fmt: skip
+    return ToolUseAnthropic("record_workflow", answer)
 
 
 @pytest.fixture
@@ -105,7 +81,7 @@ def stores(tmp_path: Path):
 def test_workflow_text_through_the_sdk_drops_an_invented_step(stores) -> None:
     settings, st = stores
     upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
-    api = FakeApi([LOOKUP, "issue_voucher(amount=$amount)", CANCEL])
+    api = workflow_api([LOOKUP, "issue_voucher(amount=$amount)", CANCEL])
     ctx = RunContext(now=NOW, run_id="run_1")
     result = write_workflow_texts(st, settings.score, ctx, client=api.client())
     assert (result.written, result.dropped_steps, len(api.bodies)) == (1, 1, 1)
@@ -132,7 +108,7 @@ def test_offline_and_over_budget_keep_the_rule_made_text(stores) -> None:
     offline = write_workflow_texts(st, settings.score, ctx, client=None)
     assert (offline.offline, offline.written) == (1, 0)
     tight = settings.score.model_copy(update={"max_input_tokens_per_run": 10})
-    api = FakeApi([CANCEL])
+    api = workflow_api([CANCEL])
     refused = write_workflow_texts(st, tight, ctx, client=api.client())
     assert (refused.refused_budget, len(api.bodies)) == (1, 0)
     [cand] = get_candidates(st.meta, ["cand_b"])

@@ -44,7 +44,7 @@ def build_demo_home(root: Path, *, tenant: str = DEMO_TENANT) -> tuple[Path, dat
 def server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     return env
 
 
