@@ -12,8 +12,8 @@ from memory_core.stages.compact import compact_episodes
 from memory_core.stages.extract import extract_facts
 from memory_core.stores import Stores
 from memory_core.stores.lineage import sources_of
+from tests.kit.anthropic import FakeAnthropic
 from tests.stages.extract.extract_kit import NOW, conversation, extract_answer, ingest, turn
-from tests.stages.score.test_score_fakes import FakeAnthropic
 
 LATER = NOW + timedelta(days=90)
 

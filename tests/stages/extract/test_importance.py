@@ -23,7 +23,7 @@ from memory_core.stages.mine import mine_partition
 from memory_core.stores import Stores
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.extract import extracted_facts
-from tests.stages.score.test_score_fakes import FakeAnthropic
+from tests.kit.anthropic import FakeAnthropic
 
 
 def test_heuristic_follows_the_rubric_words() -> None:
