@@ -1,4 +1,5 @@
-"""Compact: clustered episodes past retention are folded, per cluster, into digests.
+"""Compact: episodes past retention are folded into digests: per cluster, or, for sessions
+whose facts the extract stage has taken, one digest per whole session.
 
 Guarantees: a digest keeps one line and one provenance entry per source, so forgetting can take
 a source back out of it; the text is a deterministic template; an optional Claude summary sits
