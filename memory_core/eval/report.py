@@ -260,11 +260,12 @@ def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
             f"{fmt(cost['requests_on_unchanged_rerun'])} on an unchanged rerun), input tokens "
             f"{fmt(cost['input_tokens'])} ({fmt(cost['input_tokens_per_episode'])} per episode), "
             "counted from the request bodies the replay would have sent.", "",
-            "Counting rule: every arm is packed into the same 2,000-token budget and the record "
-            "limit is never reached first (like-for-like); a question is recalled when one of "
-            "its evidence turns is in the packed context (the turn, a digest holding its line, "
-            "or a fact citing it). The k = 10 columns keep the earlier rule, where a digest of "
-            "many turns takes one of ten slots.", "",
+            f"Counting rule: every arm is packed into the same 2,000-token budget and the same "
+            f"limit of {x.get('k', '?')} records, which a ~30-token turn reaches only after the "
+            "budget (like-for-like: no arm reads more text than another); a question is "
+            "recalled when one of its evidence turns is in the packed context (the turn, a "
+            "digest holding its line, or a fact citing it). The earlier k = 10 rule let ten "
+            "digests of up to eight turns stand against ten turns.", "",
         ]  # fmt: skip
         header = ["arm", "recall", "answer in context", "after compaction: recall",
                   "after compaction: answer in context"]  # fmt: skip
