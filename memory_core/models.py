@@ -123,6 +123,20 @@ def stable_id(prefix: str, *parts: Any) -> str:
     return f"{prefix}_{content_hash(list(parts))[:24]}"
 
 
+def pitfall_candidate_id(
+    tenant_id: str, namespace: str, procedural_candidate_id: str, policy_version: str
+) -> str:
+    """The id of the pitfall candidate that qualifies a procedural candidate (one at most).
+
+    Mining names the pitfall by it; the read path recomputes it from a served procedure's
+    ``candidate_id`` to place the pitfall next to its procedure, with no link column.
+    """
+    return stable_id(
+        "cand", "semantic", tenant_id, namespace, "", ["pitfall", procedural_candidate_id],
+        policy_version,
+    )  # fmt: skip
+
+
 class Status(StrEnum):
     """Lifecycle of a row in a Lance table agents read."""
 

@@ -53,7 +53,13 @@ from memory_core.read.filters import (
     scope_where,
     why_excluded,
 )
-from memory_core.read.pack import apply_procedure_rules, left_out_entries, pack, to_record
+from memory_core.read.pack import (
+    apply_procedure_rules,
+    left_out_entries,
+    pack,
+    place_pitfalls,
+    to_record,
+)
 from memory_core.read.rank import Candidate, fuse, query_terms, score_candidates
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.schemas import ID_COLUMN
@@ -400,6 +406,7 @@ class Recaller:
         chosen, left, used = pack(
             kept, k=k, budget_tokens=budget, chars_per_token=cfg.chars_per_token
         )
+        chosen = place_pitfalls(chosen)  # a failure lesson next to the procedure it qualifies
         records = [to_record(c, _TABLE_TYPE[c.table]) for c in chosen]
         ranked = time.perf_counter()
 

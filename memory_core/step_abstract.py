@@ -17,8 +17,9 @@ a list written for one data set.
 Read-only steps (lookups) are told apart from steps that change the world by
 :class:`memory_core.config.StepsConfig`: explicit tool lists first, then name prefixes; each
 namespace may override the tenant-wide defaults. Mining keys a pattern on the world-changing
-steps (consecutive repeats collapsed: a retried call is one step), so lookups that differ from
-run to run do not split one procedure into many.
+steps (consecutive repeats collapsed: a retried call is one step; a call the tool refused with
+an error is no step at all), so lookups that differ from run to run do not split one procedure
+into many.
 
 Examples
 --------
@@ -159,12 +160,18 @@ def pattern_of(
 ) -> tuple[str, ...]:
     """The mining key of an episode: its world-changing step signatures, repeats collapsed.
 
+    A call the tool answered with an error (``ToolCall.failed``) is left out: it changed
+    nothing, so a run whose only change was refused did the same as a run that changed
+    nothing, and a retry that finally worked is one step.
+
     An episode whose every step is a lookup has the empty pattern ``()`` (it changed nothing:
     an answer, a refusal); callers tell that apart from an episode without actions.
     """
     sigs = []
     for raw in actions or ():
         step = as_step(raw)
+        if isinstance(step, ToolCall) and step.failed:
+            continue  # the tool said no: the call changed nothing
         tool = step.tool if isinstance(step, ToolCall) else step
         if not is_read_only(tool, config, namespace):
             sigs.append(step_signature(step))
@@ -279,10 +286,14 @@ def abstract_steps(
 ) -> dict[str, AbstractStep]:
     """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
     calls: dict[str, list[Step]] = {}
+    refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
     for actions in episodes_actions:
         for raw in actions or ():
             step = as_step(raw)
-            calls.setdefault(step_signature(step), []).append(step)
+            failed = isinstance(step, ToolCall) and step.failed
+            (refused if failed else calls).setdefault(step_signature(step), []).append(step)
+    for sig, steps in refused.items():
+        calls.setdefault(sig, steps)  # values are abstracted over the calls that worked
     out: dict[str, AbstractStep] = {}
     for sig, steps in sorted(calls.items()):
         first = steps[0]

@@ -6,6 +6,11 @@ keeps the ``actions`` column as ``list<string>`` so that v1 homes need no migrat
 call is stored as its canonical JSON object (sorted keys, compact), a free-text action as
 itself. ``decode_step`` turns a stored string back into what was ingested.
 
+A call may say ``failed: true``: the tool answered with an error (a provider's ``is_error``,
+a result the adapter reads as an error). The agent did make it, so the trajectory keeps it,
+but it changed nothing, so mining never counts it as a step that did the work (a run that
+"cancelled" with an error and then told the user it could not is a run that changed nothing).
+
 Examples
 --------
 >>> call = ToolCall(tool="cancel_reservation", args={"reservation_id": "ZFA04Y"})
@@ -24,7 +29,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 
 class ToolCall(BaseModel):
@@ -34,6 +47,19 @@ class ToolCall(BaseModel):
 
     tool: str = Field(min_length=1, max_length=200, description="the tool's name: the identity")
     args: dict[str, Any] = Field(default_factory=dict, description="arguments, JSON values")
+    failed: bool = Field(
+        default=False,
+        description="the tool answered with an error: the call was made but changed nothing",
+    )
+
+    @model_serializer(mode="wrap")
+    def _usual_form(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``failed`` only when true: the usual call keeps the v1.1 form ``{tool, args}``, so
+        stored rows and content hashes of runs without failed calls never change."""
+        data = handler(self)
+        if not self.failed:
+            data.pop("failed", None)
+        return data
 
     @field_validator("tool")
     @classmethod
@@ -49,11 +75,20 @@ Step = str | ToolCall
 _TOOL_CALL_PREFIXES = ('{"args":', '{"tool":')
 
 
+def call_dict(call: ToolCall | dict[str, Any]) -> dict[str, Any]:
+    """A tool call as JSON: ``{tool, args}``, plus ``failed: true`` only when it failed (the
+    usual case keeps the v1.1 form, so stored rows and content hashes do not change)."""
+    value = call.model_dump(mode="json") if isinstance(call, ToolCall) else dict(call)
+    if not value.get("failed"):
+        value.pop("failed", None)
+    return value
+
+
 def encode_step(step: Step | dict[str, Any]) -> str:
     """The stored form: a string as itself, a tool call as canonical JSON."""
     if isinstance(step, str):
         return step
-    value = step.model_dump(mode="json") if isinstance(step, ToolCall) else step
+    value = call_dict(step)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -132,6 +132,32 @@ def test_pattern_keeps_world_changing_steps_and_collapses_retries() -> None:
     assert pattern_of(["a b", "c d"], RULES) == ("a b", "c d")  # v1 actions unchanged
 
 
+def test_a_refused_call_is_no_step_of_the_pattern() -> None:
+    """A call the tool answered with an error changed nothing: a run whose only change was
+    refused has the empty pattern, and a refused try before the one that worked is no step."""
+    refused = encode_step(ToolCall(tool="update_flights", args={"reservation_id": "R1"},
+                                   failed=True))  # fmt: skip
+    worked = call("update_flights", reservation_id="R1")
+    assert pattern_of([call("get_user_details", user_id="u1"), refused], RULES) == ()
+    assert pattern_of([refused, worked], RULES) == pattern_of([worked], RULES)
+    sig = "update_flights(reservation_id=$reservation_id)"
+    assert pattern_of([worked, refused, worked], RULES) == (sig,)
+    assert step_signature(refused) == sig  # the same step, when it works
+    # values are abstracted over the calls that worked
+    runs = [[encode_step(ToolCall(tool="pay", args={"method": "card_9"}, failed=True)),
+             call("pay", method=m)] for m in ("gift_1", "gift_2")]  # fmt: skip
+    [pay] = abstract_steps(runs, RULES).values()
+    assert pay.variables[0].examples == ["gift_1", "gift_2"]
+    # mining: successes that changed nothing share one pattern whatever was refused on the way
+    runs = [
+        _episode("a", "u1", "success", [refused]),
+        _episode("b", "u2", "success", [call("get_user_details", user_id="u2")]),
+        _episode("c", "u3", "success", [worked]),
+    ]
+    findings = {f.steps: f.success_ids for f in mine_cluster(runs, PolicyConfig())}
+    assert findings == {(): ("a", "b")}
+
+
 def test_procedure_shows_common_lookups_then_the_pattern() -> None:
     runs = [
         [call("get_user_details", user_id=u), call("cancel", reservation_id=r)]

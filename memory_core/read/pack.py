@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from memory_core.models import pitfall_candidate_id
 from memory_core.read.provenance import served_provenance
 from memory_core.read.rank import Candidate, decode_json
 
@@ -26,6 +27,7 @@ __all__ = [
     "estimate_tokens",
     "left_out_entries",
     "pack",
+    "place_pitfalls",
     "to_record",
     "version_key",
 ]
@@ -199,6 +201,51 @@ def pack(
     return chosen, left, used
 
 
+def _pitfall_key(row: Mapping[str, Any]) -> str | None:
+    """The candidate id a pitfall of this procedure row would have (None: cannot tell)."""
+    cand = row.get("candidate_id")
+    if not cand or not row.get("tenant_id") or not row.get("namespace"):
+        return None
+    version = str(row.get("policy_version") or "")
+    return pitfall_candidate_id(str(row["tenant_id"]), str(row["namespace"]), str(cand), version)
+
+
+def place_pitfalls(chosen: list[Candidate]) -> list[Candidate]:
+    """The served records with each pitfall moved right after the procedure it qualifies.
+
+    A pitfall ("cancel_reservation failed 4 of 4 times when membership=basic") is a warning
+    about one procedure's steps; served apart from it, an agent reads it as a free-floating
+    fact. Mining names the pitfall after its procedure's candidate (``pitfall_candidate_id``),
+    so the link is recomputed here from the procedure row, and the pitfall's ``row`` gets
+    ``_qualifies`` (the procedure's id, shown as ``qualifies`` in the record). A pitfall whose
+    procedure is not served keeps its place; nothing is added or dropped.
+    """
+    owner: dict[str, Candidate] = {}
+    for cand in chosen:
+        if cand.table == "procedures":
+            key = _pitfall_key(cand.row)
+            if key is not None:
+                owner.setdefault(key, cand)
+    attached: dict[str, list[Candidate]] = {}
+    for cand in chosen:
+        if cand.table == "facts" and is_pitfall(cand.row):
+            proc = owner.get(str(cand.row.get("candidate_id") or ""))
+            if proc is not None:
+                cand.row["_qualifies"] = proc.record_id
+                attached.setdefault(proc.record_id, []).append(cand)
+    if not attached:
+        return chosen
+    moved = {id(c) for group in attached.values() for c in group}
+    out: list[Candidate] = []
+    for cand in chosen:
+        if id(cand) in moved:
+            continue
+        out.append(cand)
+        if cand.table == "procedures":
+            out += attached.get(cand.record_id, [])
+    return out
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
@@ -221,6 +268,8 @@ def to_record(cand: Candidate, memory_type: str) -> dict[str, Any]:
     out["tokens"] = cand.row.get("_tokens")
     out["conflict"] = bool(cand.conflict_with) or cand.row.get("status") == "contested"
     out["stale"] = cand.row.get("status") == "stale"
+    if cand.row.get("_qualifies"):
+        out["qualifies"] = cand.row["_qualifies"]  # the procedure this pitfall warns about
     if cand.conflict_with:
         out["conflict_with"] = cand.conflict_with
     return served_provenance(out)

@@ -99,6 +99,7 @@ def anthropic_parts(messages: list[Any], system: Any = None) -> list[Part]:
             fail(f"{where}.content", f"must be a string or a list of blocks, got {got}")
         texts: list[str] = []
         calls: list[ToolCall] = []
+        call_ids: list[str | None] = []
         results: list[Part] = []
         text_slot: int | None = None  # where the message's own text goes among its results
         for k, block in enumerate(blocks):
@@ -118,6 +119,7 @@ def anthropic_parts(messages: list[Any], system: Any = None) -> list[Part]:
                 if role != "assistant":
                     fail(f"{at}.type", f"{kind} belongs in an assistant message")
                 calls.append(_call(block, at, names))
+                call_ids.append(block.get("id"))
             elif kind == "tool_result" or kind.endswith("_tool_result"):
                 if role != "user" and kind == "tool_result":
                     fail(f"{at}.type", "tool_result belongs in a user message")
@@ -132,12 +134,13 @@ def anthropic_parts(messages: list[Any], system: Any = None) -> list[Part]:
                     Part(
                         index, SourceRole.tool, _result_text(block, at), sub=len(results),
                         tool=names[use_id], is_error=is_error, timestamp=timestamp,
+                        call_id=use_id,
                     )
                 )  # fmt: skip
             # thinking, images, documents and unknown block types carry no statement
         own_role = SourceRole.user if role == "user" else SourceRole.agent
         own = Part(index, own_role, "\n".join(t for t in texts if t), calls=tuple(calls),
-                   timestamp=timestamp)  # fmt: skip
+                   timestamp=timestamp, call_ids=tuple(call_ids))  # fmt: skip
         slot = len(results) if text_slot is None else text_slot
         parts += [*results[:slot], own, *results[slot:]]
     return parts

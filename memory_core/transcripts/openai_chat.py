@@ -10,7 +10,8 @@ them:
   ``arguments`` a JSON string (an object is taken as is); the legacy ``function_call``
   (``{name, arguments}``) too; ``refusal`` counts as text;
 - ``tool``: role ``tool``, ``tool_call_id`` must name a call made earlier in the session;
-  the legacy ``function`` role must name (``name``) a function called earlier.
+  the legacy ``function`` role must name (``name``) a function called earlier. A result that
+  reports an error (:func:`result_is_error`) marks its call ``failed`` in the trajectory.
 
 ``content`` is a string, null, or a list of parts: ``text`` (and ``refusal``) parts are kept,
 joined by newlines; image, audio and file parts carry no text and are left out. Keys the
@@ -21,6 +22,8 @@ becomes its valid time (see ``session.build_episodes``).
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from memory_core.models import SourceRole
@@ -73,9 +76,12 @@ def _tool_name(value: Any, where: str) -> str:
     return value
 
 
-def _calls(message: dict[str, Any], where: str, names: dict[str, str]) -> list[ToolCall]:
-    """The calls an assistant message makes; records ``call id -> tool name`` in ``names``."""
-    calls: list[ToolCall] = []
+def _calls(
+    message: dict[str, Any], where: str, names: dict[str, str]
+) -> list[tuple[ToolCall, str | None]]:
+    """The calls an assistant message makes, with their ids; records ``call id -> tool name``
+    in ``names``."""
+    calls: list[tuple[ToolCall, str | None]] = []
     raw = message.get("tool_calls")
     if raw is not None:
         if not isinstance(raw, list):
@@ -96,14 +102,15 @@ def _calls(message: dict[str, Any], where: str, names: dict[str, str]) -> list[T
                 fail(f"{at}.id", f"must be a string, got {kind_of(call_id)}")
             if call_id:
                 names[call_id] = name
-            calls.append(ToolCall(tool=name, args=args))
+            calls.append((ToolCall(tool=name, args=args), call_id or None))
     legacy = message.get("function_call")
     if legacy is not None:
         at = f"{where}.function_call"
         if not isinstance(legacy, dict):
             fail(at, f"must be an object, got {kind_of(legacy)}")
         name = _tool_name(legacy.get("name"), f"{at}.name")
-        calls.append(ToolCall(tool=name, args=parse_arguments(legacy.get("arguments"), at)))
+        call = ToolCall(tool=name, args=parse_arguments(legacy.get("arguments"), at))
+        calls.append((call, f"function:{name}"))
         names[f"function:{name}"] = name
     return calls
 
@@ -125,9 +132,10 @@ def openai_parts(messages: list[Any]) -> list[Part]:
         timestamp = None if stamp is None else parse_time(stamp, f"{where}.timestamp")
         text = content_text(message.get("content"), f"{where}.content")
         tool = None
-        calls: tuple[ToolCall, ...] = ()
+        call_id: str | None = None
+        made: list[tuple[ToolCall, str | None]] = []
         if role_name == "assistant":
-            calls = tuple(_calls(message, where, names))
+            made = _calls(message, where, names)
             refusal = message.get("refusal")
             if isinstance(refusal, str) and refusal and not text:
                 text = refusal
@@ -146,6 +154,36 @@ def openai_parts(messages: list[Any]) -> list[Part]:
             if f"function:{name}" not in names:
                 reason = f"function result without a call: no earlier function_call of {name!r}"
                 fail(f"{where}.name", reason)
-            tool = name
-        parts.append(Part(index, role, text, calls=calls, tool=tool, timestamp=timestamp))
+            tool, call_id = name, f"function:{name}"
+        is_error = tool is not None and result_is_error(message, text)
+        parts.append(
+            Part(index, role, text, calls=tuple(c for c, _ in made), tool=tool,
+                 is_error=is_error, timestamp=timestamp, call_ids=tuple(i for _, i in made),
+                 call_id=call_id)
+        )  # fmt: skip
     return parts
+
+
+_ERROR_TEXT = re.compile(r"\s*(?:error|exception)\b\s*[:\-]", re.IGNORECASE)
+
+
+def result_is_error(message: dict[str, Any], text: str) -> bool:
+    """Whether a tool result reports a failure.
+
+    OpenAI's format has no error flag, so logs say it in one of three common ways: an
+    ``is_error: true`` or ``status: "error"`` key beside the content (LangChain's
+    ``ToolMessage.status``), or a text that starts with ``Error:`` / ``Exception:`` (what most
+    tool runners return). A JSON object with a top-level ``"error"`` key counts too.
+    """
+    if message.get("is_error") is True or message.get("status") == "error":
+        return True
+    if _ERROR_TEXT.match(text):
+        return True
+    stripped = text.lstrip()
+    if stripped.startswith("{") and '"error"' in stripped[:200]:
+        try:
+            parsed = json.loads(stripped)
+        except ValueError:
+            return False
+        return isinstance(parsed, dict) and bool(parsed.get("error"))
+    return False

@@ -20,7 +20,8 @@ turns the parts into episode dicts of the v1 contract:
   judged run that needed no tool keeps its outcome): goal = the user's first request,
   actions = the tool calls in order (``ToolCall``), outcome from the line (else unknown),
   conditions from the line, valid time 1 ms after the last part; ``observations`` name the
-  calls the provider marked as failed (Anthropic ``is_error``);
+  calls the provider marked as failed (Anthropic ``is_error``; an OpenAI tool result read as
+  an error), and such a call is kept with ``failed: true`` (it was made, it changed nothing);
 - a message with no text and no tool call (an empty turn) makes no episode; a tool result
   always does (an empty result is information), with ``conditions.tool`` naming the tool.
 
@@ -48,7 +49,7 @@ from memory_core.models import (
     content_hash,
     no_control,
 )
-from memory_core.steps import ToolCall, step_text
+from memory_core.steps import ToolCall, call_dict, step_text
 
 __all__ = [
     "MAX_ACTIONS",
@@ -112,6 +113,8 @@ class Part:
     calls: tuple[ToolCall, ...] = ()
     tool: str | None = None
     is_error: bool = False
+    call_ids: tuple[str | None, ...] = ()  # the provider's id of each call in ``calls``
+    call_id: str | None = None  # for a tool result: the id of the call it answers
     timestamp: datetime | None = None
 
     @property
@@ -351,13 +354,20 @@ def build_episodes(
     previous: datetime | None = None
     goal: str | None = None
     calls: list[ToolCall] = []
+    position: dict[str, int] = {}  # call id -> index in ``calls``
     failed: list[str] = []
     for part in parts:
         if part.role is SourceRole.user and goal is None and part.text.strip():
             goal = _cut(part.text.strip(), MAX_GOAL_CHARS)
+        for offset, call_id in enumerate(part.call_ids[: len(part.calls)]):
+            if call_id:
+                position[call_id] = len(calls) + offset
         calls += part.calls
         if part.is_error:  # a failed call, said so by the provider: the trajectory keeps it
             failed.append(_cut(f"{part.tool} failed: {' '.join(part.text.split())}", 200))
+            at_call = position.get(part.call_id or "")
+            if at_call is not None:  # made, but it changed nothing (steps.ToolCall.failed)
+                calls[at_call] = calls[at_call].model_copy(update={"failed": True})
         text = _part_text(part)
         if not text.strip() and part.tool is None:
             continue  # nothing said (an empty message): no episode, the ids stay put
@@ -418,7 +428,7 @@ def _trajectory(
         "occurred_at": _rfc3339(at),
         "source_role": SourceRole.agent.value,
         "goal": goal,
-        "actions": [c.model_dump(mode="json") for c in calls[:MAX_ACTIONS]],
+        "actions": [call_dict(c) for c in calls[:MAX_ACTIONS]],
         "outcome": (header.outcome or Outcome.unknown).value,
         "conditions": dict(header.conditions),
         "observations": observations,

@@ -11,6 +11,7 @@ import pytest
 from memory_core.config import Settings
 from memory_core.embed import HashEmbedder
 from memory_core.errors import InvalidRequest
+from memory_core.models import pitfall_candidate_id
 from memory_core.read.indexes import (
     ensure_fts,
     ensure_read_indexes,
@@ -250,22 +251,29 @@ def test_pitfalls_are_served_where_their_conditions_hold(lance, memory, embedder
     write_rows(
         lance,
         "procedures",
-        [make_row("procedures", embedder, "p-cancel", subject_id=None,
+        [make_row("procedures", embedder, "p-cancel", subject_id=None, candidate_id="cand_p",
                   text="cancel reservation: cancel_reservation(reservation_id=$reservation_id)")],
     )  # fmt: skip
     write_rows(
         lance,
         "facts",
         [make_row("facts", embedder, "f-pit", subject_id=None, predicate="pitfall:cancel",
+                  candidate_id=pitfall_candidate_id("acme", "it", "cand_p", "1"),
                   text="cancel reservation: cancel_reservation failed 4 of 4 times when "
-                       "membership=basic", conditions={"membership": "basic"})],
+                       "membership=basic", conditions={"membership": "basic"}),
+         # ranks between them: without placement it would separate the warning from its steps
+         fact(embedder, "f-mid", subject_id=None, text="cancel reservation cancel reservation")],
     )  # fmt: skip
     ask = dict(tenant_id="acme", subject_id="u1", now=NOW)
     basic = memory.recall("cancel reservation", state={"membership": "basic"}, **ask)
-    assert sorted(ids(basic)) == ["f-pit", "p-cancel"]
+    assert sorted(ids(basic)) == ["f-mid", "f-pit", "p-cancel"]
+    order = ids(basic)
+    assert order.index("f-pit") == order.index("p-cancel") + 1  # right after its procedure
+    [pit] = [r for r in basic.records if r["record_id"] == "f-pit"]
+    assert pit["qualifies"] == "p-cancel"
     for state in ({"membership": "gold"}, {}):
         got = memory.recall("cancel reservation", state=state, **ask)
-        assert ids(got) == ["p-cancel"]
+        assert sorted(ids(got)) == ["f-mid", "p-cancel"]
         [why] = [x["reason"] for x in got.query_record["left_out"] if x["record_id"] == "f-pit"]
         assert why.startswith("pitfall conditions not in state: membership=basic")
 

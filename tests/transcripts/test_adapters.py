@@ -299,6 +299,37 @@ def test_anthropic_trajectory() -> None:
     assert trajectory["observations"] == ["cancel_order failed: refund failed: card expired"]
 
 
+def test_a_call_whose_result_is_an_error_is_kept_as_failed() -> None:
+    """The call was made (the trajectory keeps it) but changed nothing (``failed: true``)."""
+    anthropic = adapt(anthropic_session(outcome="failure"), ANTHROPIC).trajectory
+    assert [a.get("failed", False) for a in anthropic["actions"]] == [False, False, True]
+    assert "failed" not in anthropic["actions"][0]  # the usual call keeps {tool, args}
+
+    def with_result(**result: Any) -> dict[str, Any]:
+        line = openai_session()
+        line["messages"][8] = {"role": "tool", "tool_call_id": "call_b1", **result}
+        return adapt(line).trajectory
+
+    refused = with_result(content="Error: refund failed, card expired")
+    assert refused["actions"][2]["failed"] is True
+    assert [a.get("failed", False) for a in refused["actions"][:2]] == [False, False]
+    assert refused["observations"] == ["cancel_order failed: Error: refund failed, card expired"]
+    for flagged in (
+        {"content": "no", "status": "error"},
+        {"content": "no", "is_error": True},
+        {"content": json.dumps({"error": "order locked"})},
+        {"content": "exception - timeout"},
+    ):
+        assert with_result(**flagged)["actions"][2].get("failed") is True, flagged
+    for fine in (
+        {"content": "Cancelled. No error."},
+        {"content": json.dumps({"error": None, "ok": True})},
+        {"content": "errors: 0"},
+    ):
+        assert "failed" not in with_result(**fine)["actions"][2], fine
+    Episode.model_validate(refused)
+
+
 def test_anthropic_server_tool_results_are_tool_output() -> None:
     line = anthropic_session(
         messages=[

@@ -153,10 +153,14 @@ def _choose(
     best: tuple[float, tuple[float, float, float]] | None = None
     scores = []
     bonus = np.where(has_code, config.error_code_weight, 0.0)
+    # judge a clustering in the metric it is built with: two episodes sharing a non-empty
+    # error code are error_code_weight closer (the credit the leader pass gives them)
+    credit = (keys[:, None] == keys[None, :]) & has_code[:, None] & has_code[None, :]
+    credit = credit * np.float32(config.error_code_weight)
     for g, s, t in grid(config):
         if (g, s) not in spaces:
             feats = features_for(g, s)
-            spaces[(g, s)] = (feats, distances(feats))
+            spaces[(g, s)] = (feats, np.clip(distances(feats) - credit, 0.0, 2.0))
         feats, dist = spaces[(g, s)]
         state = LeaderState(feats.shape[1])
         labels, _ = assign(feats, keys, t + bonus, state)

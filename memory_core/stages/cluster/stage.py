@@ -208,7 +208,8 @@ class _Batch:
 def _signature_sets(
     actions: list[list[str] | None], steps: StepsConfig, namespace: str
 ) -> np.ndarray:
-    """Hashed step-signature block per episode; world-changing steps weigh 1, lookups 0.5."""
+    """Hashed step-signature block per episode; steps that changed the world weigh 1, lookups
+    and calls the tool refused (``ToolCall.failed``) 0.5."""
     rows: list[tuple[tuple[str, float], ...]] = []
     cache: dict[tuple[str, ...], tuple[tuple[str, float], ...]] = {}
     read_only: dict[str, bool] = {}
@@ -221,7 +222,9 @@ def _signature_sets(
                 tool = step.tool if isinstance(step, ToolCall) else step
                 if tool not in read_only:
                     read_only[tool] = is_read_only(tool, steps, namespace)
-                sigs[step_signature(step)] = 0.5 if read_only[tool] else 1.0
+                changed = not read_only[tool] and not (isinstance(step, ToolCall) and step.failed)
+                sig = step_signature(step)
+                sigs[sig] = max(sigs.get(sig, 0.0), 1.0 if changed else 0.5)
             cache[key] = tuple(sorted(sigs.items()))
         rows.append(cache[key])
     return steps_block(rows)

@@ -46,6 +46,7 @@ from memory_core.models import (
     ClaimSpec,
     ProcedureSpec,
     Provenance,
+    pitfall_candidate_id,
     stable_id,
 )
 from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
@@ -340,15 +341,7 @@ def _procedural(
 
 
 def _pitfall_id(partition: Partition, procedural_id: str, version: str) -> str:
-    return stable_id(
-        "cand",
-        CandidateKind.semantic.value,
-        partition.tenant_id,
-        partition.namespace,
-        "",
-        ["pitfall", procedural_id],
-        version,
-    )
+    return pitfall_candidate_id(partition.tenant_id, partition.namespace, procedural_id, version)
 
 
 def _pitfall(
@@ -436,6 +429,37 @@ def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Cand
     )
 
 
+def _mining_units(info: Any, by_cluster: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
+    """Cluster ids mined together: the clusters sharing a non-empty error code, else each alone.
+
+    The error code is a hard key of the problem (clustering never puts two codes in one
+    cluster), so clusters that share one are the same problem split by how users worded it.
+    Evidence about a step pattern under one error code is judged as a whole: the same steps
+    failing on the same code are a counterexample whatever words came with them, and a
+    condition that separates successes from failures in one wording's small cluster only by
+    coincidence (``os=ubuntu``) does not survive the others. Clusters without a code stay
+    their own unit: there the cluster is all that says two episodes share a problem.
+    """
+    codes = dict(
+        zip(info.column("cluster_id").to_pylist(), info.column("error_code").to_pylist(),
+            strict=True)
+    )  # fmt: skip
+    units: dict[str, list[str]] = {}
+    for cid in sorted(by_cluster):
+        code = codes.get(cid) or ""
+        units.setdefault(f"code:{code}" if code else f"cluster:{cid}", []).append(cid)
+    return [units[key] for key in sorted(units)]
+
+
+def _home_cluster(finding: PatternFinding, cluster_of: dict[str, str], cids: list[str]) -> str:
+    """The cluster a finding of a mining unit belongs to: the one holding most of its
+    successes (ties: the smaller id), so its candidate id stays keyed by one cluster."""
+    if len(cids) == 1:
+        return cids[0]
+    counts = Counter(cluster_of[e] for e in finding.success_ids if e in cluster_of)
+    return min(cids, key=lambda c: (-counts.get(c, 0), c))
+
+
 def _mine_clusters(
     stores: Stores, settings: Settings, partition: Partition, episodes: list[dict[str, Any]]
 ) -> tuple[list[Candidate], list[Candidate], int, set[str]]:
@@ -463,11 +487,13 @@ def _mine_clusters(
     procedural: list[Candidate] = []
     twins: list[Candidate] = []
     pitfalls: list[Candidate] = []
-    for cid in sorted(by_cluster):
+    for cids in _mining_units(info, by_cluster):
+        rows = [ep for cid in cids for ep in by_cluster[cid]]
         findings = mine_cluster(
-            by_cluster[cid], settings.policy, steps=settings.steps, namespace=partition.namespace
+            rows, settings.policy, steps=settings.steps, namespace=partition.namespace
         )
         for finding in findings:
+            cid = _home_cluster(finding, cluster_of, cids)
             support = [
                 by_id[e].get("actions") or [] for e in finding.support_ids or finding.success_ids
             ]

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_core.models import CandidateKind, CandidateStatus
+from memory_core.stages.cluster.stage import list_clusters
 from memory_core.stores.candidates import list_candidates
 
 RESET = ["reset network adapter", "reconnect vpn"]
@@ -248,28 +249,38 @@ def _direction(cos_to_first: float) -> list[float]:
 
 
 def test_a_recluster_merge_retires_the_absorbed_clusters_candidate(tmp_path: Path, kit) -> None:
-    # vectors alone decide here: same goal and steps everywhere, so no goal or step feature
+    # vectors alone decide here: same goal and steps everywhere, so no goal or step feature;
+    # no error code, so each cluster is mined on its own (clusters sharing a code are one
+    # unit); the threshold is the default's plus the error-code credit the episodes lack
     mem = kit.open_mem(
-        tmp_path / "home", cluster={"select": False, "steps_weight": 0.0, "goal_weight": 0.0}
+        tmp_path / "home",
+        cluster={"select": False, "steps_weight": 0.0, "goal_weight": 0.0, "threshold": 0.6},
     )
     a, b = _direction(1.0), _direction(0.1)  # too far apart to share a cluster
     bridge = _direction((1.1 / 2) ** 0.5)  # halfway: near both
+    cond = {"adapter_mismatch": "true"}
     mem.ingest(
         [
-            kit.make_episode(f"a{i}", minutes=10 + 2 * i, subject_id=f"u{i % 2}", vector=a)
+            kit.make_episode(
+                f"a{i}", minutes=10 + 2 * i, subject_id=f"u{i % 2}", vector=a, conditions=cond
+            )
             for i in range(3)
         ]
     )
     mem.consolidate()
     mem.ingest(
         [
-            kit.make_episode(f"b{i}", minutes=11 + 2 * i, subject_id=f"u{i % 2}", vector=b)
+            kit.make_episode(
+                f"b{i}", minutes=11 + 2 * i, subject_id=f"u{i % 2}", vector=b, conditions=cond
+            )
             for i in range(3)
         ]
     )
     mem.consolidate()
     assert len(procedures(mem, status="pending_score")) == 2  # one per cluster
-    mem.ingest([kit.make_episode(f"m{i}", minutes=i, vector=bridge) for i in range(2)])
+    mem.ingest(
+        [kit.make_episode(f"m{i}", minutes=i, vector=bridge, conditions=cond) for i in range(2)]
+    )
     mem.consolidate()
     mem.cluster(recluster=True)
     result = mem.mine()
@@ -278,6 +289,31 @@ def test_a_recluster_merge_retires_the_absorbed_clusters_candidate(tmp_path: Pat
     assert live.support_ids == ["a0", "a1", "a2", "b0", "b1", "b2", "m0", "m1"]
     [retired] = procedures(mem, status="auto_rejected")
     assert retired.reason.startswith("stale: cluster") and "merged" in retired.reason
+
+
+def test_clusters_sharing_an_error_code_are_judged_together(tmp_path: Path, kit) -> None:
+    """Two wordings of one problem (same error code) in two clusters: the steps that failed in
+    one count against the same steps in the other, and the procedure is proposed once."""
+    mem = kit.open_mem(
+        tmp_path / "home", cluster={"select": False, "steps_weight": 0.0, "goal_weight": 0.0}
+    )
+    a, b = _direction(1.0), _direction(0.1)  # too far apart to share a cluster
+    wins = [kit.make_episode(f"a{i}", minutes=i, subject_id=f"u{i % 2}", vector=a,
+                             conditions={"error_code": "720", "os": "linux"})
+            for i in range(3)]  # fmt: skip
+    fail = kit.make_episode("b0", minutes=9, vector=b, outcome="failure",
+                            conditions={"error_code": "720", "os": "mac"})  # fmt: skip
+    other = [kit.make_episode(f"b{i}", minutes=9 + i, subject_id=f"u{i % 2}", vector=b,
+                              actions=["renew certificate", "reconnect vpn"],
+                              conditions={"error_code": "720", "os": "mac"})
+             for i in range(1, 4)]  # fmt: skip
+    mem.ingest([*wins, fail, *other])
+    mem.consolidate()
+    assert len(list_clusters(mem.stores.meta, "acme")) == 2
+    [proc] = procedures(mem)  # once, not once per cluster
+    assert proc.counterexample_ids == ["b0"]  # the other wording's failure counts against it
+    assert proc.support_ids == ["a0", "a1", "a2"]
+    assert proc.procedure.preconditions == {"os": "linux"}  # what separates them
 
 
 def test_a_policy_change_retires_candidates_of_the_old_version(tmp_path: Path, kit) -> None:
