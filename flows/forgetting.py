@@ -27,15 +27,10 @@ from memory_core.stages import forget as stage
 from memory_core.stages.forget.maintain import maintain_tables
 from memory_core.stages.forget.rewrite import (
     CompactionJob,
-    commit_compaction,
+    compact_changed_tables,
     execute_compaction,
-    plan_compaction,
-    record_maintenance,
 )
-from memory_core.stages.forget.user_deletion import Target, forget
 from memory_core.stores import Stores, open_stores
-from memory_core.stores import forgetting as fstore
-from memory_core.stores.maintenance import check_tags
 
 __all__ = [
     "DELETION_CRON",
@@ -76,23 +71,22 @@ def maintenance_task(*, settings_data: dict[str, Any], tables: list[str]) -> lis
 
 
 def _compact_on_workers(settings_data: dict[str, Any], receipt: dict[str, Any]) -> None:
-    """Plan here, rewrite on workers, commit here, then maintain; complete the receipt."""
+    """The library's compaction step (stages/forget/rewrite.py), its rewrites as tasks on the
+    runner's workers and its maintenance as one task."""
     settings, stores = _open(settings_data)
-    tables = receipt.get("changed_tables", [])
-    if not tables:
-        return
-    check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
-    jobs = plan_compaction(stores.lance, tables)
-    futures = [
-        rewrite_task.submit(job=job, storage_options=settings.stores.storage_options)
-        for job in jobs
-    ]
-    receipt["lance_compaction"] = commit_compaction(
-        stores.lance, jobs, [f.result() for f in futures]
+
+    def on_workers(jobs: list[CompactionJob]) -> list[str]:
+        options = settings.stores.storage_options
+        futures = [rewrite_task.submit(job=job, storage_options=options) for job in jobs]
+        return [f.result() for f in futures]
+
+    compact_changed_tables(
+        stores,
+        settings,
+        receipt,
+        rewrite=on_workers,
+        maintain=lambda tables: maintenance_task(settings_data=settings_data, tables=tables),
     )
-    crash_point("forgetting.lance_compacted")
-    receipt["maintenance"] = maintenance_task(settings_data=settings_data, tables=tables)
-    record_maintenance(stores.meta, receipt)
 
 
 @task(name="forget-request", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
@@ -100,17 +94,10 @@ def deletion_task(*, settings_data: dict[str, Any], request_id: str, now_iso: st
                   run_id: str) -> dict[str, Any]:  # fmt: skip
     """Carry out one queued user deletion (a rerun of a done request does nothing)."""
     settings, stores = _open(settings_data)
-    request = fstore.get_request(stores.meta, request_id)
-    if request is None or request.status != "pending":
-        return {"request_id": request_id, "skipped": True}
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    target = Target(
-        subject_id=request.target if request.kind == "subject" else None,
-        episode_id=request.target if request.kind == "episode" else None,
-        tenant_id=request.tenant_id,
+    return stage.carry_out_request(
+        stores, settings, ctx, request_id, orchestrator=prefect_store(settings.home)
     )
-    return forget(stores, settings, ctx, target, request_id=request_id,
-                  orchestrator=prefect_store(settings.home))  # fmt: skip
 
 
 @flow(name="forgetting", log_prints=False)
@@ -168,16 +155,17 @@ def _report(settings_data: dict[str, Any]) -> None:
 def deletion_requests(*, settings_data: dict[str, Any], now_iso: str,
                       limit: int = 100) -> list[dict[str, Any]]:  # fmt: skip
     """Carry out queued user deletions, oldest first; one receipt each (no content)."""
-    _settings, stores = _open(settings_data)
+    settings, stores = _open(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso))
-    receipts = []
-    for request in fstore.pending_requests(stores.meta, limit=limit):
-        if request.kind not in ("subject", "episode"):
-            continue
-        receipts.append(
-            deletion_task(settings_data=settings_data, request_id=request.request_id,
-                          now_iso=now_iso, run_id=ctx.run_id)
-        )  # fmt: skip
+
+    def carry_out(request_id: str) -> dict[str, Any]:
+        return deletion_task(settings_data=settings_data, request_id=request_id,
+                             now_iso=now_iso, run_id=ctx.run_id)  # fmt: skip
+
+    # the library's loop (stages/forget/stage.py), each request one task
+    receipts = stage.process_deletion_requests(
+        stores, settings, ctx, limit=limit, carry_out=carry_out
+    )
     done = [r for r in receipts if not r.get("skipped")]
     if done:
         create_table_artifact(

@@ -19,6 +19,7 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "stage": [
+            "carry_out_request",
             "end_purpose",
             "forget_episode",
             "forget_subject",

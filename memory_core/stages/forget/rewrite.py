@@ -21,19 +21,26 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import lance
 from lance.optimize import Compaction, CompactionTask, RewriteResult
 
+from memory_core.config import Settings
+from memory_core.crash import crash_point
+from memory_core.stages.forget.maintain import maintain_tables
+from memory_core.stores import Stores
 from memory_core.stores.lance import LanceStore
+from memory_core.stores.maintenance import check_tags
 from memory_core.stores.meta import MetaStore
 
 __all__ = [
     "COMPACTION_OPTIONS",
     "CompactionJob",
     "commit_compaction",
+    "compact_changed_tables",
     "execute_compaction",
     "plan_compaction",
     "record_maintenance",
@@ -130,3 +137,31 @@ def record_maintenance(meta: MetaStore, receipt: dict[str, Any]) -> None:
             "UPDATE receipts SET body = ? WHERE receipt_id = ?",
             [json.dumps(receipt, sort_keys=True, default=str), receipt["receipt_id"]],
         )
+
+
+def compact_changed_tables(
+    stores: Stores,
+    settings: Settings,
+    receipt: dict[str, Any],
+    *,
+    rewrite: Callable[[list[CompactionJob]], list[str]] | None = None,
+    maintain: Callable[[list[str]], list[dict[str, Any]]] | None = None,
+) -> None:
+    """After a forgetting pass run with ``maintain=False``: plan the compaction of the tables
+    it changed, rewrite, commit once per table, then maintain; complete the stored receipt.
+
+    ``rewrite(jobs)`` returns each job's result in order (default: here, one after another;
+    the ``forgetting`` flow maps the jobs over its task runner's workers). ``maintain(tables)``
+    defaults to :func:`maintain_tables` (the flow runs it as a task)."""
+    tables = receipt.get("changed_tables", [])
+    if not tables:
+        return
+    check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
+    jobs = plan_compaction(stores.lance, tables)
+    options = settings.stores.storage_options
+    results = rewrite(jobs) if rewrite else [execute_compaction(j, options) for j in jobs]
+    receipt["lance_compaction"] = commit_compaction(stores.lance, jobs, results)
+    crash_point("forgetting.lance_compacted")
+    done = maintain(tables) if maintain else maintain_tables(stores, settings, tables)
+    receipt["maintenance"] = done
+    record_maintenance(stores.meta, receipt)

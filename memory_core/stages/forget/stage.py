@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from memory_core.config import Settings
@@ -41,6 +42,7 @@ from memory_core.stores.residue import Orchestrator
 from memory_core.stores.schemas import TABLES
 
 __all__ = [
+    "carry_out_request",
     "end_purpose",
     "forget_episode",
     "forget_subject",
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+USER_DELETIONS = ("subject", "episode")  # request kinds the deletion loop carries out
 
 
 def _store(stores: Stores, ctx: RunContext, kind: str, body: dict[str, Any], target: str | None,
@@ -163,7 +167,7 @@ def request_deletion(
     stores: Stores, ctx: RunContext, *, kind: str, target: str, tenant_id: str | None = None
 ) -> str:
     """Queue a user deletion (kind ``subject`` or ``episode``) for the deletion-requests flow."""
-    if kind not in ("subject", "episode"):
+    if kind not in USER_DELETIONS:
         msg = f"deletion kind must be subject or episode, not {kind!r}"
         raise ValueError(msg)
     return fstore.enqueue_request(
@@ -177,6 +181,25 @@ def _target(request: fstore.DeletionRequest) -> Target:
     return Target(episode_id=request.target, tenant_id=request.tenant_id)
 
 
+def carry_out_request(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    request_id: str,
+    *,
+    embedder: Embedder | None = None,
+    orchestrator: Orchestrator | None = None,
+) -> dict[str, Any]:
+    """Carry out one queued user deletion; its receipt, or ``{"request_id", "skipped": True}``
+    when the request is gone, done or not a user deletion (a retried or rerun step after the
+    receipt was written does nothing)."""
+    request = fstore.get_request(stores.meta, request_id)
+    if request is None or request.status != "pending" or request.kind not in USER_DELETIONS:
+        return {"request_id": request_id, "skipped": True}
+    return forget(stores, settings, ctx, _target(request), embedder=embedder,
+                  request_id=request_id, orchestrator=orchestrator)  # fmt: skip
+
+
 def process_deletion_requests(
     stores: Stores,
     settings: Settings,
@@ -185,17 +208,25 @@ def process_deletion_requests(
     embedder: Embedder | None = None,
     limit: int = 100,
     orchestrator: Orchestrator | None = None,
+    carry_out: Callable[[str], dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Carry out queued user deletions, oldest first; one receipt each."""
-    receipts = []
-    for request in fstore.pending_requests(stores.meta, limit=limit):
-        if request.kind not in ("subject", "episode"):
-            continue
-        receipts.append(
-            forget(stores, settings, ctx, _target(request), embedder=embedder,
-                   request_id=request.request_id, orchestrator=orchestrator)
-        )  # fmt: skip
-    return receipts
+    """Carry out queued user deletions, oldest first, one at a time; one receipt each.
+
+    The one deletion loop: ``carry_out(request_id)`` does one request (default
+    :func:`carry_out_request` here; the ``deletion-requests`` flow passes a Prefect task that
+    calls it). One at a time because each deletion purges old Lance versions, which must not
+    race another purge."""
+    if carry_out is None:
+
+        def carry_out(request_id: str) -> dict[str, Any]:
+            return carry_out_request(stores, settings, ctx, request_id, embedder=embedder,
+                                     orchestrator=orchestrator)  # fmt: skip
+
+    return [
+        carry_out(request.request_id)
+        for request in fstore.pending_requests(stores.meta, limit=limit)
+        if request.kind in USER_DELETIONS
+    ]
 
 
 def forget_subject(

@@ -21,6 +21,7 @@ from memory_core.errors import PolicyRefused
 from memory_core.stages.cluster import cluster_partition
 from memory_core.stages.compact import compact_episodes
 from memory_core.stages.forget import (
+    carry_out_request,
     forget_episode,
     forget_subject,
     process_deletion_requests,
@@ -239,6 +240,35 @@ def test_queued_request_is_carried_out_once_and_hashed(mem, kit):
         ).fetchone()
     assert status == "done" and target.startswith("sha256:")
     assert mem.stores.lance.count("episodes") == 1
+
+
+def test_the_deletion_loop_takes_one_step_per_request_and_a_repeated_step_does_nothing(mem, kit):
+    """The library's loop is the flow's loop: ``carry_out`` is called once per pending user
+    deletion; a step repeated after its receipt (a retried task) writes nothing."""
+    mem.ingest([kit.make_episode("e1", subject_id="zed"), kit.make_episode("e2"),
+                kit.make_episode("e3")])  # fmt: skip
+    ctx = RunContext(now=kit.NOW)
+    first = request_deletion(mem.stores, ctx, kind="subject", target="zed")
+    second = request_deletion(mem.stores, ctx, kind="episode", target="e2")
+    steps: list[str] = []
+
+    def step(request_id: str) -> dict:
+        steps.append(request_id)
+        return carry_out_request(mem.stores, mem.settings, ctx, request_id)
+
+    receipts = process_deletion_requests(mem.stores, mem.settings, ctx, carry_out=step)
+    assert sorted(steps) == sorted([first, second])  # same request time: by request id
+    assert [r["request_id"] for r in receipts] == steps
+    assert mem.stores.lance.count("episodes") == 1
+    with mem.stores.meta.connect() as con:
+        before = con.execute("SELECT count(*) FROM receipts").fetchone()
+    assert carry_out_request(mem.stores, mem.settings, ctx, first) == {
+        "request_id": first,
+        "skipped": True,
+    }
+    assert carry_out_request(mem.stores, mem.settings, ctx, "no-such-request")["skipped"]
+    with mem.stores.meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM receipts").fetchone() == before
 
 
 def test_tool_call_arguments_naming_the_subject_leave_no_candidate_behind(mem, kit):
