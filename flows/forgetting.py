@@ -12,11 +12,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from flows.privacy import prefect_store
+from flows.retry import pipeline_task
 from flows.runners import task_runner
 from memory_core.config import Settings
 from memory_core.context import RunContext
@@ -48,7 +48,7 @@ def _open(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
     return settings, open_stores(settings)
 
 
-@task(name="forgetting-pass", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
+@pipeline_task("forgetting-pass", retry_delay_s=5)
 def forgetting_task(*, settings_data: dict[str, Any], now_iso: str, run_id: str,
                     maintain: bool = True) -> dict[str, Any]:  # fmt: skip
     """Access-log fold, compaction, expiry, hard delete (and maintenance unless the flow does)."""
@@ -57,13 +57,13 @@ def forgetting_task(*, settings_data: dict[str, Any], now_iso: str, run_id: str,
     return stage.run_forgetting(stores, settings, ctx, maintain=maintain)
 
 
-@task(name="lance-compaction-rewrite", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+@pipeline_task("lance-compaction-rewrite")
 def rewrite_task(*, job: CompactionJob, storage_options: dict[str, str]) -> str:
     """One planned Lance compaction task, on whichever worker the runner picks."""
     return execute_compaction(job, storage_options)
 
 
-@task(name="lance-maintenance", cache_policy=NO_CACHE)
+@pipeline_task("lance-maintenance")
 def maintenance_task(*, settings_data: dict[str, Any], tables: list[str]) -> list[dict[str, Any]]:
     """Index refresh and version pruning after the workers' compaction was committed."""
     settings, stores = _open(settings_data)
@@ -89,7 +89,7 @@ def _compact_on_workers(settings_data: dict[str, Any], receipt: dict[str, Any]) 
     )
 
 
-@task(name="forget-request", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=5)
+@pipeline_task("forget-request", retry_delay_s=5)
 def deletion_task(*, settings_data: dict[str, Any], request_id: str, now_iso: str,
                   run_id: str) -> dict[str, Any]:  # fmt: skip
     """Carry out one queued user deletion (a rerun of a done request does nothing)."""

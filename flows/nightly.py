@@ -11,11 +11,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.retry import pipeline_task
 from flows.runners import describe as describe_runner
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
@@ -45,7 +45,7 @@ def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
     return settings, open_stores(settings)
 
 
-@task(name="consolidate-partition", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+@pipeline_task("consolidate-partition")
 def consolidate_partition(
     *,
     settings_data: dict[str, Any],
@@ -69,7 +69,7 @@ def consolidate_partition(
     return consolidate(stores, settings, ctx, unit, recluster=recluster)
 
 
-@task(name="extract-facts", cache_policy=NO_CACHE)
+@pipeline_task("extract-facts")
 def extract_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Facts from raw conversations: Claude in batch, a replay, or skipped (and said so)."""
     from memory_core.stages.extract import extract_facts
@@ -79,7 +79,7 @@ def extract_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) ->
     return extract_facts(stores, settings, ctx).as_dict()
 
 
-@task(name="score-candidates", cache_policy=NO_CACHE)
+@pipeline_task("score-candidates")
 def score_task(
     *, settings_data: dict[str, Any], run_id: str, now_iso: str, sync: bool
 ) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def score_task(
     return score_candidates(stores, settings.score, ctx, sync=sync).as_dict()
 
 
-@task(name="workflow-text", cache_policy=NO_CACHE)
+@pipeline_task("workflow-text")
 def workflow_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Claude's workflow text for procedures that passed the policy (none without a key)."""
     from memory_core.stages.score.anthropic_scorer import build_client
@@ -105,7 +105,7 @@ def workflow_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -
     return write_workflow_texts(stores, settings.score, ctx, client=client).as_dict()
 
 
-@task(name="build-review-batches", cache_policy=NO_CACHE)
+@pipeline_task("build-review-batches")
 def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Group scored candidates into bounded review batches; expire undecided old ones."""
     from memory_core.stages.review import build_review_batches
@@ -115,7 +115,7 @@ def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> 
     return build_review_batches(stores, settings, ctx).as_dict()
 
 
-@task(name="staleness", cache_policy=NO_CACHE)
+@pipeline_task("staleness")
 def staleness_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Mark stale, contest, roll back failing procedures, judge canaries (stages/staleness)."""
     from memory_core.stages.staleness import run_staleness

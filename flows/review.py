@@ -29,15 +29,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout, Pause
 from prefect.flow_runs import pause_flow_run, resume_flow_run, suspend_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from flows.retry import pipeline_task
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.errors import InvalidReview, ReviewClosed
@@ -301,7 +301,7 @@ def resume_review_run(flow_run_id: str, request: ReviewRequest) -> str:
     return f"resumed flow run {flow_run_id}"
 
 
-@task(name="build-review-batches", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
+@pipeline_task("build-review-batches")
 def build_batches_task(
     *, settings_data: dict[str, Any], run_id: str, now_iso: str
 ) -> dict[str, Any]:
