@@ -219,9 +219,8 @@ class ScoreConfig(BaseModel):
     workflow_text: bool = Field(
         default=False,
         description=(
-            "Claude words passing procedures (checked against the support); opt-in: its "
-            "answers live in the candidate's stats, which a re-mine replaces, so a rerun after "
-            "a crash can send a request again"
+            "Claude words passing procedures (checked against the support), one Message "
+            "Batches request each, answers cached by the request's content hash"
         ),
     )
     llm_kinds: list[Literal["semantic", "procedural"]] = Field(

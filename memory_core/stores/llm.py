@@ -67,8 +67,10 @@ OPEN_STATUSES = (BatchStatus.submitted, BatchStatus.in_progress, BatchStatus.end
 DIGEST_SUMMARY_PROMPT = "digest-summary"
 # Prompt versions of fact-extraction batches (stages/extract) start with this; same rule.
 EXTRACT_PROMPT = "extract"
+# Prompt versions of workflow-text batches (stages/score/workflow_text.py); same rule.
+WORKFLOW_PROMPT = "workflow"
 # Batches of these prompts belong to their own stages; the score stage leaves them alone.
-OWN_STAGE_PROMPTS = (DIGEST_SUMMARY_PROMPT, EXTRACT_PROMPT)
+OWN_STAGE_PROMPTS = (DIGEST_SUMMARY_PROMPT, EXTRACT_PROMPT, WORKFLOW_PROMPT)
 
 
 class CachedScore(BaseModel):

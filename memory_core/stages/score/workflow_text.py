@@ -9,16 +9,18 @@ step, a step out of order) is dropped and counted; an answer left with no valid 
 used. Offline (no key) or on any failure the candidate keeps its rule-made text: nothing is
 presented as the model's that the model did not write.
 
-This module holds the request, the structured answer and the check (pure, no I/O); sending
-goes through the Anthropic SDK client the score stage builds (``build_client``), one request
-per candidate that passed the policy.
+This module holds the request, the structured answer and the check (pure), and the run: one
+Message Batches request per candidate that passed the policy, through the score stage's
+``BatchRunner`` (recorded before polling, resumed after a crash), answers cached in the score
+cache by the request's content hash, model and prompt version, spend in the LLM ledger.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +29,25 @@ from pydantic import BaseModel, Field, ValidationError
 
 from memory_core.config import ScoreConfig
 from memory_core.context import RunContext
-from memory_core.models import Candidate, CandidateStatus
+from memory_core.crash import crash_point
+from memory_core.models import Candidate, CandidateStatus, content_hash
+from memory_core.stages.score.anthropic_scorer import FailureKind
+from memory_core.stages.score.batches import BatchOutcome, BatchRunner
 from memory_core.stages.score.budget import Budget, estimate_usage
 from memory_core.stages.score.results import Usage
 from memory_core.step_abstract import step_signature
 from memory_core.stores import Stores
 from memory_core.stores.candidates import list_candidates, merge_candidate_stats
-from memory_core.stores.llm import LedgerEntry, record_ledger
+from memory_core.stores.llm import (
+    WORKFLOW_PROMPT,
+    BatchRecord,
+    CachedScore,
+    LedgerEntry,
+    get_cached_scores,
+    invalid_answers,
+    open_batches,
+    record_answers_and_spend,
+)
 
 __all__ = [
     "PROMPT_VERSION",
@@ -46,7 +60,7 @@ __all__ = [
     "write_workflow_texts",
 ]
 
-PROMPT_VERSION = "workflow-1"
+PROMPT_VERSION = WORKFLOW_PROMPT + "-2"  # 2: Message Batches, cached by request hash
 TOOL_NAME = "record_workflow"
 
 SYSTEM = (
@@ -194,9 +208,13 @@ class WorkflowResult:
     offline: int = 0
     refused_budget: int = 0
     failed: int = 0
+    deferred: int = 0
+    in_flight: int = 0
     invalid: int = 0
+    given_up: int = 0
     unusable: int = 0
     dropped_steps: int = 0
+    batch_ids: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -204,17 +222,190 @@ class WorkflowResult:
 
 
 _PASSED = (CandidateStatus.pending_score.value, CandidateStatus.pending_review.value)
+MAX_INVALID_ANSWERS = 1  # an answer that fails the schema is not asked for again: no resend
+_PURPOSE = "workflow_text"
 
 
-def _usage(message: Any) -> Usage:
-    u = message.usage
-    return Usage(
-        requests=1,
-        input_tokens=int(u.input_tokens or 0),
-        output_tokens=int(u.output_tokens or 0),
-        cache_read_tokens=int(getattr(u, "cache_read_input_tokens", 0) or 0),
-        cache_write_tokens=int(getattr(u, "cache_creation_input_tokens", 0) or 0),
-    )
+@dataclass
+class _Plan:
+    candidate: Candidate
+    params: dict[str, Any]
+    request_hash: str
+
+
+def _plans(cands: Sequence[Candidate], model: str) -> dict[str, _Plan]:
+    plans: dict[str, _Plan] = {}
+    for cand in sorted(cands, key=lambda c: c.candidate_id):
+        params = workflow_request(
+            cand, cand.stats["observed_steps"], cand.stats.get("pitfall_texts", []), model
+        )
+        # the request's own content is the cache key: a re-mine that rewrites the candidate's
+        # stats with the same evidence asks the same question, and is answered from the cache
+        request_hash = content_hash([PROMPT_VERSION, cand.candidate_id, params])
+        plans[request_hash] = _Plan(cand, params, request_hash)
+    return plans
+
+
+class _Run:
+    """One run: answers from the cache, open batches resumed, the rest sent in a batch."""
+
+    def __init__(
+        self, stores: Stores, config: ScoreConfig, ctx: RunContext,
+        client: anthropic.Anthropic | None, sleep: Callable[[float], None],
+    ) -> None:  # fmt: skip
+        self.stores, self.config, self.ctx = stores, config, ctx
+        self.result = WorkflowResult()
+        self.budget = Budget(config)
+        self.total = Usage()
+        self.updated: dict[str, dict[str, Any]] = {}
+        self.estimates: dict[str, Usage] = {}
+        self.runner = (
+            BatchRunner(client, config, stores.meta, run_id=ctx.run_id, now=ctx.now,
+                        model=config.model, prompt_version=PROMPT_VERSION, sleep=sleep)
+            if client is not None
+            else None
+        )  # fmt: skip
+
+    def execute(self, plans: dict[str, _Plan]) -> WorkflowResult:
+        self.plans = plans
+        self.result.eligible = len(plans)
+        for h, plan in list(plans.items()):
+            if (plan.candidate.stats.get("workflow") or {}).get("key") == h:
+                self.result.cached += 1  # already applied
+                del plans[h]
+        self._from_cache()
+        bad = invalid_answers(self.stores.meta, _PURPOSE)
+        for h in [h for h in plans if bad.get(h, 0) >= MAX_INVALID_ANSWERS]:
+            self.result.given_up += 1
+            del plans[h]
+        if self.runner is None or self.ctx.dry_run:
+            self.result.offline += len(plans)
+            return self._finish()
+        in_flight, open_records = self._resume()
+        todo = [p for h, p in plans.items() if h not in in_flight]
+        requests = []
+        for plan in todo:
+            estimate = estimate_usage(plan.params)
+            if self.budget.reserve(estimate, batch=True) is not None:
+                self.result.refused_budget += 1
+                continue
+            self.estimates[plan.candidate.candidate_id] = estimate
+            requests.append((plan.candidate.candidate_id, plan.request_hash, plan.params))
+        records, failure, left = self.runner.submit(requests) if requests else ([], None, [])
+        if records:
+            crash_point("workflow.submitted")
+        self.result.batch_ids = [r.batch_id for r in records]
+        if failure is not None:
+            if failure.kind is FailureKind.transient:
+                self.result.deferred += len(left)
+            else:
+                self.result.failed += len(left)
+        polled = self.runner.poll([*records, *open_records], wait=True)
+        for outcome in polled.collected:
+            self._apply(outcome)
+        self.result.in_flight = sum(
+            1 for r in polled.pending for i in r.items if i.content_hash in self.plans
+        )
+        return self._finish()
+
+    def _from_cache(self) -> None:
+        hits = get_cached_scores(self.stores.meta, list(self.plans), model=self.config.model,
+                                 prompt_version=PROMPT_VERSION)  # fmt: skip
+        for h, hit in sorted(hits.items()):
+            plan = self.plans.pop(h)
+            if self._use(plan, WorkflowAnswer.model_validate(hit.body), h, cached=True):
+                self.result.cached += 1
+
+    def _resume(self) -> tuple[set[str], list[BatchRecord]]:
+        """Collect workflow batches left open by earlier runs; (in-flight hashes, still open)."""
+        assert self.runner is not None
+        records = [r for r in open_batches(self.stores.meta)
+                   if r.prompt_version.startswith(WORKFLOW_PROMPT)]  # fmt: skip
+        if not records:
+            return set(), []
+        polled = self.runner.poll(records, wait=False)
+        for outcome in polled.collected:
+            self._apply(outcome)
+        return {i.content_hash for r in polled.pending for i in r.items}, list(polled.pending)
+
+    def _use(self, plan: _Plan, answer: WorkflowAnswer, key: str, *, cached: bool = False) -> bool:
+        """Check an answer against the evidence and keep it for the candidate; True if used."""
+        cand = plan.candidate
+        checked = check_workflow(answer, cand.stats["observed_steps"],
+                                 cand.stats.get("support_runs", []))  # fmt: skip
+        self.result.dropped_steps += len(checked.dropped)
+        if not checked.usable:
+            self.result.unusable += 1
+            return False
+        self.updated[cand.candidate_id] = {
+            "workflow": {**checked.as_stats(), "key": key, "model": self.config.model,
+                         "written_by": "claude"}
+        }  # fmt: skip
+        if not cached:
+            self.result.written += 1
+        return True
+
+    def _apply(self, outcome: BatchOutcome) -> None:
+        """Cache every valid answer and write the batch's spend in one transaction, then use
+        the answers for the candidates still asking the same question."""
+        crash_point("workflow.collected")
+        record = outcome.record
+        cached: list[CachedScore] = []
+        entries: list[LedgerEntry] = []
+        usable: list[tuple[_Plan, WorkflowAnswer, str]] = []
+        for cid, message in outcome.messages.items():
+            estimate = self.estimates.pop(cid, None)
+            if estimate is not None:
+                self.budget.settle(estimate, Usage.from_api(message.usage), batch=True)
+            h = outcome.content_hash(cid) or ""
+            answer = parse_workflow(message.content)
+            if answer is None:
+                self.result.invalid += 1
+                entries.append(
+                    LedgerEntry(run_id=self.ctx.run_id, logged_at=self.ctx.now, mode="invalid",
+                                detail={"purpose": _PURPOSE, "stage": _PURPOSE,
+                                        "request_hash": h, "custom_id": cid})
+                )  # fmt: skip
+                continue
+            cached.append(
+                CachedScore(content_hash=h, model=record.model,
+                            prompt_version=record.prompt_version, candidate_id=cid, score=0.0,
+                            body=answer.model_dump(mode="json"))
+            )  # fmt: skip
+            plan = self.plans.pop(h, None)
+            if plan is not None and record.model == self.config.model:
+                usable.append((plan, answer, h))
+        for failure in outcome.failures.values():
+            if failure.kind is FailureKind.transient:
+                self.result.deferred += 1
+            else:
+                self.result.failed += 1
+        self.total = self.total + outcome.usage
+        entries.append(
+            LedgerEntry(
+                run_id=self.ctx.run_id, logged_at=self.ctx.now, mode="batch",
+                batch_id=record.batch_id, requests=len(record.items),
+                input_tokens=outcome.usage.input_tokens,
+                output_tokens=outcome.usage.output_tokens,
+                cache_read_tokens=outcome.usage.cache_read_tokens,
+                cache_write_tokens=outcome.usage.cache_write_tokens,
+                cost_usd=round(outcome.usage.cost_usd(self.config, batch=True), 6),
+                detail={"stage": _PURPOSE, "purpose": _PURPOSE,
+                        "prompt_version": record.prompt_version,
+                        "submitted_by_run": record.run_id, "answers": len(cached)},
+            )
+        )  # fmt: skip
+        record_answers_and_spend(self.stores.meta, cached, entries,
+                                 collected=[record.batch_id], now=self.ctx.now)  # fmt: skip
+        crash_point("workflow.cached")
+        for plan, answer, h in usable:
+            self._use(plan, answer, h)
+
+    def _finish(self) -> WorkflowResult:
+        self.result.usage = {k: int(v) for k, v in self.total.__dict__.items()}
+        if self.updated and not self.ctx.dry_run:
+            merge_candidate_stats(self.stores.meta, self.updated, now=self.ctx.now)
+        return self.result
 
 
 def write_workflow_texts(
@@ -224,82 +415,22 @@ def write_workflow_texts(
     *,
     client: anthropic.Anthropic | None,
     tenant_id: str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> WorkflowResult:
-    """One request per procedural candidate that passed the policy and has no current text.
+    """One Message Batches request per procedural candidate that passed the policy.
 
-    Cached: a candidate whose content hash, model and prompt version match its stored
-    workflow is not sent again. Budgeted by the ``[score]`` per-run limits, and every request
-    is in the LLM ledger. Without a client nothing is sent and the rule-made text stays.
+    Answers are cached by the request's content hash, model and prompt version (the score
+    cache), in the same transaction as the batch's spend, so no crash point and no re-mine
+    that rewrites the candidate's stats makes a second request for the same question; a batch
+    left open by a crashed run is collected, not sent again. Budgeted by the ``[score]``
+    per-run limits; an answer that fails the schema is ledgered and the request is given up
+    after :data:`MAX_INVALID_ANSWERS`. Without a client only cached answers are used, and the
+    rule-made text stays.
     """
-    result = WorkflowResult()
-    budget = Budget(config)
-    total = Usage()
-    updated: dict[str, dict[str, Any]] = {}
     cands = [
         c
         for status in _PASSED
         for c in list_candidates(stores.meta, status=status, kind="procedural", tenant_id=tenant_id)
         if c.procedure is not None and c.stats.get("observed_steps")
     ]
-    for cand in sorted(cands, key=lambda c: c.candidate_id):
-        result.eligible += 1
-        key = f"{cand.content_hash()}:{config.model}:{PROMPT_VERSION}"
-        if (cand.stats.get("workflow") or {}).get("key") == key:
-            result.cached += 1
-            continue
-        if client is None:
-            result.offline += 1
-            continue
-        params = workflow_request(
-            cand, cand.stats["observed_steps"], cand.stats.get("pitfall_texts", []), config.model
-        )
-        estimate = estimate_usage(params)
-        if budget.reserve(estimate, batch=False) is not None:
-            result.refused_budget += 1
-            continue
-        try:
-            message = client.messages.create(**params)
-        except anthropic.APIError:
-            budget.settle(estimate, Usage(), batch=False)
-            total = total + Usage(requests=1)
-            result.failed += 1
-            continue
-        actual = _usage(message)
-        budget.settle(estimate, actual, batch=False)
-        total = total + actual
-        answer = parse_workflow(message.content)
-        if answer is None:
-            result.invalid += 1
-            continue
-        checked = check_workflow(answer, cand.stats["observed_steps"],
-                                 cand.stats.get("support_runs", []))  # fmt: skip
-        result.dropped_steps += len(checked.dropped)
-        if not checked.usable:
-            result.unusable += 1
-            continue
-        workflow = {**checked.as_stats(), "key": key, "model": config.model,
-                    "written_by": "claude"}  # fmt: skip
-        updated[cand.candidate_id] = {"workflow": workflow}
-        result.written += 1
-    result.usage = {k: int(v) for k, v in total.__dict__.items()}
-    if ctx.dry_run:
-        return result
-    if updated:
-        merge_candidate_stats(stores.meta, updated, now=ctx.now)
-    if total.requests:
-        record_ledger(
-            stores.meta,
-            [
-                LedgerEntry(
-                    run_id=ctx.run_id, logged_at=ctx.now, mode="sync", requests=total.requests,
-                    input_tokens=total.input_tokens, output_tokens=total.output_tokens,
-                    cache_read_tokens=total.cache_read_tokens,
-                    cache_write_tokens=total.cache_write_tokens,
-                    cost_usd=round(total.cost_usd(config, batch=False), 6),
-                    detail={"stage": "workflow_text", "written": result.written,
-                            "dropped_steps": result.dropped_steps},
-                )
-            ],
-            now=ctx.now,
-        )  # fmt: skip
-    return result
+    return _Run(stores, config, ctx, client, sleep).execute(_plans(cands, config.model))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,13 @@ from memory_core.stages.score.workflow_text import (
     write_workflow_texts,
 )
 from memory_core.stores import open_stores
-from memory_core.stores.candidates import get_candidates, upsert_candidates
-from memory_core.stores.llm import ledger_entries
-from tests.kit.anthropic import ToolUseAnthropic
+from memory_core.stores.candidates import (
+    get_candidates,
+    merge_candidate_stats,
+    upsert_candidates,
+)
+from memory_core.stores.llm import BatchStatus, ledger_entries, list_batches
+from tests.kit.anthropic import FakeAnthropic, tool_use_body
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 LOOKUP = "get_user_details(user_id=$user_id)"
@@ -63,11 +68,35 @@ def _candidate(cid: str) -> Candidate:
     )
 
 
-def workflow_api(steps: list[str]) -> ToolUseAnthropic:
-    """The Messages API answering with a ``record_workflow`` tool call of these steps."""
+def tool_answer(steps: list[str]) -> Any:
+    """The fake API's answer function: a ``record_workflow`` tool call naming ``steps``."""
     answer = {"name": "Cancel a reservation", "when_to_use": "the customer asks to cancel",
               "steps": steps, "pitfalls": []}  # fmt: skip
-    return ToolUseAnthropic("record_workflow", answer)
+
+    def respond(params: dict[str, Any], attempt: int) -> dict[str, Any]:
+        return tool_use_body("record_workflow", answer, msg_id=f"msg_w{attempt}",
+                             model=params["model"])  # fmt: skip
+
+    return respond
+
+
+def fake_api(steps: list[str]) -> FakeAnthropic:
+    fake = FakeAnthropic()
+    fake.answer = tool_answer(steps)
+    return fake
+
+
+def sent(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    """Every request the fake received, synchronous or inside a batch."""
+    return fake.bodies.get("messages", []) + [
+        r["params"] for b in fake.bodies.get("batch_create", []) for r in b["requests"]
+    ]
+
+
+def write(st, score, run_id: str, fake: FakeAnthropic | None, **kw: Any):
+    ctx = RunContext(now=NOW, run_id=run_id)
+    client = fake.client() if fake is not None else None
+    return write_workflow_texts(st, score, ctx, client=client, sleep=lambda s: None, **kw)
 
 
 @pytest.fixture
@@ -78,14 +107,14 @@ def stores(tmp_path: Path):
     return settings, stores
 
 
-def test_workflow_text_through_the_sdk_drops_an_invented_step(stores) -> None:
+def test_workflow_text_in_a_batch_drops_an_invented_step(stores) -> None:
     settings, st = stores
     upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
-    api = workflow_api([LOOKUP, "issue_voucher(amount=$amount)", CANCEL])
-    ctx = RunContext(now=NOW, run_id="run_1")
-    result = write_workflow_texts(st, settings.score, ctx, client=api.client())
-    assert (result.written, result.dropped_steps, len(api.bodies)) == (1, 1, 1)
-    body = api.bodies[0]
+    api = fake_api([LOOKUP, "issue_voucher(amount=$amount)", CANCEL])
+    result = write(st, settings.score, "run_1", api)
+    assert (result.written, result.dropped_steps, len(sent(api))) == (1, 1, 1)
+    assert api.counts["batch_create"] == 1 and api.counts["messages"] == 0  # Message Batches
+    body = sent(api)[0]
     assert body["tool_choice"] == {"type": "tool", "name": "record_workflow"}
     assert json.loads(body["messages"][0]["content"])["observed_steps"] == [LOOKUP, CANCEL]
     [cand] = get_candidates(st.meta, ["cand_a"])
@@ -95,21 +124,68 @@ def test_workflow_text_through_the_sdk_drops_an_invented_step(stores) -> None:
     assert workflow["written_by"] == "claude"
     assert cand.text == "rule-made text"  # the reviewer still sees the rule-made line too
     [entry] = [e for e in ledger_entries(st.meta) if e.detail.get("stage") == "workflow_text"]
-    assert entry.requests == 1 and entry.input_tokens == 300
-    again = write_workflow_texts(st, settings.score, RunContext(now=NOW, run_id="run_2"),
-                                 client=api.client())  # fmt: skip
-    assert (again.cached, again.written, len(api.bodies)) == (1, 0, 1)  # cached: not re-sent
+    assert entry.mode == "batch" and entry.requests == 1 and entry.input_tokens == 300
+    again = write(st, settings.score, "run_2", api)
+    assert (again.cached, again.written, len(sent(api))) == (1, 0, 1)  # cached: not re-sent
+
+
+def test_a_re_mine_that_rewrites_stats_is_answered_from_the_cache(stores) -> None:
+    """The double send the crash harness found: the answer lived in the candidate's stats,
+    which a re-mine replaces. Now the request's content hash keys the score cache."""
+    settings, st = stores
+    upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
+    api = fake_api([LOOKUP, CANCEL])
+    write(st, settings.score, "run_1", api)
+    # the candidate's stats lose the answer (as a re-mine's rewrite did); the question is the same
+    merge_candidate_stats(st.meta, {"cand_a": {"workflow": None}}, now=NOW)
+    again = write(st, settings.score, "run_2", api)
+    assert (again.cached, again.written, len(sent(api))) == (1, 0, 1)
+    [cand] = get_candidates(st.meta, ["cand_a"])
+    assert cand.stats["workflow"]["steps"] == [LOOKUP, CANCEL]
+    offline = write(st, settings.score, "run_3", None)  # the cache serves without a key too
+    assert (offline.cached, offline.offline) == (1, 0)
+
+
+def test_a_batch_left_open_by_a_crash_is_collected_not_sent_again(stores) -> None:
+    settings, st = stores
+    upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
+    api = fake_api([LOOKUP, CANCEL])
+    api.polls_before_end = 3
+
+    def crash(seconds: float) -> None:
+        raise KeyboardInterrupt  # the process dies while it waits on the batch
+
+    with pytest.raises(KeyboardInterrupt):
+        write_workflow_texts(st, settings.score, RunContext(now=NOW, run_id="run_1"),
+                             client=api.client(), sleep=crash)  # fmt: skip
+    [open_batch] = list_batches(st.meta)  # recorded before polling
+    api.batches[open_batch.batch_id].polls_left = 1
+    resumed = write(st, settings.score, "run_2", api)
+    assert (resumed.written, len(sent(api)), api.counts["batch_create"]) == (1, 1, 1)
+    assert list_batches(st.meta)[0].status is BatchStatus.collected
+
+
+def test_an_invalid_answer_is_ledgered_and_not_asked_for_again(stores) -> None:
+    settings, st = stores
+    upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
+    api = FakeAnthropic()  # answers with plain text: no tool_use block
+    first = write(st, settings.score, "run_1", api)
+    assert (first.invalid, first.written, len(sent(api))) == (1, 0, 1)
+    assert [e.mode for e in ledger_entries(st.meta) if e.mode == "invalid"] == ["invalid"]
+    second = write(st, settings.score, "run_2", api)
+    assert (second.given_up, len(sent(api))) == (1, 1)
+    [cand] = get_candidates(st.meta, ["cand_a"])
+    assert "workflow" not in cand.stats
 
 
 def test_offline_and_over_budget_keep_the_rule_made_text(stores) -> None:
     settings, st = stores
     upsert_candidates(st.meta, [_candidate("cand_b")], run_id="r0", now=NOW)
-    ctx = RunContext(now=NOW, run_id="run_1")
-    offline = write_workflow_texts(st, settings.score, ctx, client=None)
+    offline = write(st, settings.score, "run_1", None)
     assert (offline.offline, offline.written) == (1, 0)
     tight = settings.score.model_copy(update={"max_input_tokens_per_run": 10})
-    api = workflow_api([CANCEL])
-    refused = write_workflow_texts(st, tight, ctx, client=api.client())
-    assert (refused.refused_budget, len(api.bodies)) == (1, 0)
+    api = fake_api([CANCEL])
+    refused = write(st, tight, "run_1", api)
+    assert (refused.refused_budget, len(sent(api))) == (1, 0)
     [cand] = get_candidates(st.meta, ["cand_b"])
     assert "workflow" not in cand.stats
