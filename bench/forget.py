@@ -14,6 +14,9 @@ spread over every fragment (subject = row % subjects); every 10th row is past TT
 (b) ``forget_subject`` of one subject: delete, derived re-checks, DuckDB purge, compaction of
     every fragment (the subject is in all of them), index refresh, version purge, and
     verification of every version of every table. Target: < 15 s.
+(c) issue 19: the same ``forget_subject`` on a copy of the base that maintenance has regrouped
+    by tenant and subject (``stores/layout.py``, fragments of ``--layout-rows``; the regroup
+    itself is timed once), against (b)'s bare floor of the same run. Target: <= 0.3x.
 Each trial runs on a fresh copy of the same base; medians over ``--repeat`` trials.
 """
 
@@ -37,6 +40,7 @@ from memory_core.context import RunContext
 from memory_core.read.indexes import ensure_fts
 from memory_core.stages.forget import forget_subject, run_forgetting
 from memory_core.stores import open_stores
+from memory_core.stores.layout import regroup, subject_share
 from memory_core.stores.schemas import schema_for
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
@@ -166,6 +170,17 @@ def ours_forget(home: Path, dim: int, subject: str) -> tuple[float, dict]:
     return time.perf_counter() - t0, receipt
 
 
+def grouped_base(base: Path, work: Path, rows: int) -> tuple[Path, dict]:
+    """A copy of ``base`` regrouped as nightly maintenance does (timed, with the spread)."""
+    target = _copy(base, work, "base-grouped")
+    uri = str(target / "lance" / "episodes.lance")
+    before = subject_share(lance.dataset(uri)).as_dict()
+    done = regroup(lance.dataset(uri), rows)
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
+    after = subject_share(lance.dataset(uri)).as_dict()
+    return target, {"regroup": done, "spread_before": before, "spread_after": after}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -177,6 +192,8 @@ def main() -> None:
         help="episodes without the full-text index (forget.fts_tables without episodes)",
     )  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--layout-rows", type=int, default=100_000, help="0 = skip (c)")
+    parser.add_argument("--only-forget", action="store_true", help="skip (a), the TTL pass")
     args = parser.parse_args()
     if args.no_fts:
         FTS_TABLES.remove("episodes")
@@ -186,30 +203,62 @@ def main() -> None:
     shutil.rmtree(base, ignore_errors=True)
     built = build(base, args.rows, args.subjects, args.dim)
     floors, expires, forgets, forget_floors, receipts = [], [], [], [], {}
+    grouped, grouped_floors, layout = [], [], {}
+    if args.layout_rows:
+        grouped_home, layout = grouped_base(base, work, args.layout_rows)
     for trial in range(args.repeat):
-        floors.append(floor(_copy(base, work, "floor")))
-        seconds, receipts["expire"] = ours_expire(_copy(base, work, "ours"), args.dim)
-        expires.append(seconds)
+        if not args.only_forget:
+            floors.append(floor(_copy(base, work, "floor")))
+            seconds, receipts["expire"] = ours_expire(_copy(base, work, "ours"), args.dim)
+            expires.append(seconds)
         subject = f"s{(42 + trial) % args.subjects:05d}"
         forget_floors.append(floor_forget(_copy(base, work, "forget-floor"), subject))
         seconds, receipts["forget"] = ours_forget(_copy(base, work, "forget"), args.dim, subject)
         forgets.append(seconds)
+        if args.layout_rows:
+            home = _copy(grouped_home, work, "grouped-floor")
+            grouped_floors.append(floor_forget(home, subject))
+            seconds, receipts["grouped"] = ours_forget(
+                _copy(grouped_home, work, "grouped"), args.dim, subject
+            )
+            grouped.append(seconds)
     shutil.rmtree(work, ignore_errors=True) if args.workdir is None else None
-    f, e, d = (statistics.median(x) for x in (floors, expires, forgets))
+    d = statistics.median(forgets)
     forget_receipt = receipts["forget"]
     import os
+
+    if args.layout_rows:
+        g = statistics.median(grouped)
+        layout_out = {
+            **layout, "layout_rows": args.layout_rows,
+            "seconds": [round(x, 2) for x in grouped], "median_s": round(g, 2),
+            "bare_floor_grouped_s": [round(x, 2) for x in grouped_floors],
+            "ratio_to_todays_bare_floor": round(g / statistics.median(forget_floors), 3),
+            "target_ratio": 0.3,
+            "phases_s": receipts["grouped"]["seconds"],
+            "fragments_rewritten": receipts["grouped"]["fragments_rewritten"],
+            "rows_deleted": receipts["grouped"]["lance_rows_deleted"],
+            "verified": receipts["grouped"]["verification"]["verified"],
+        }  # fmt: skip
+    else:
+        layout_out = None
+    if args.only_forget:
+        ttl = None
+    else:
+        f, e = statistics.median(floors), statistics.median(expires)
+        ttl = {
+            "floor_s": [round(x, 2) for x in floors], "ours_s": [round(x, 2) for x in expires],
+            "median_ratio": round(e / f, 3), "target_ratio": 1.3,
+            "deleted": receipts["expire"]["deleted"],
+            "ours_phases_s": receipts["expire"]["seconds"],
+        }  # fmt: skip
 
     print(json.dumps({
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "episodes_fts_index": "episodes" in FTS_TABLES,
         "rows": args.rows, "subjects": args.subjects, "dim": args.dim, "repeat": args.repeat,
         "build_s": round(built, 2),
-        "ttl_expiry": {
-            "floor_s": [round(x, 2) for x in floors], "ours_s": [round(x, 2) for x in expires],
-            "median_ratio": round(e / f, 3), "target_ratio": 1.3,
-            "deleted": receipts["expire"]["deleted"],
-            "ours_phases_s": receipts["expire"]["seconds"],
-        },
+        "ttl_expiry": ttl,
         "forget_subject": {
             "seconds": [round(x, 2) for x in forgets], "median_s": round(d, 2), "target_s": 15,
             "floor_s": [round(x, 2) for x in forget_floors],
@@ -220,6 +269,7 @@ def main() -> None:
             "verified": forget_receipt["verification"]["verified"],
             "receipt_duration_s": forget_receipt["duration_s"],
         },
+        "forget_subject_grouped": layout_out,
     }, indent=2))  # fmt: skip
 
 

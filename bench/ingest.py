@@ -1,6 +1,16 @@
-"""Ingest throughput with vectors supplied, and peak RSS.
+"""Ingest throughput with vectors supplied, and peak RSS; or text-only ingest + embedding.
 
     python bench/ingest.py --episodes 100000 --repeat 3
+    python bench/ingest.py --text-only --episodes 100000 --embed-sample 2000 \
+        [--before torch] [--after onnx-int8]
+
+``--text-only`` (issue 19): episodes without vectors, in the same run, (a) *before*: ingest
+with ``embed.at_ingest = true`` and MiniLM on the ``--before`` backend (the write waits for the
+model), (b) *after*: ingest with ``at_ingest = false`` (written at once, readable by the
+full-text leg) and then ``stages/embed`` on the ``--after`` backend. The write is timed on all
+``--episodes``; embedding (either way) on the first ``--embed-sample`` of them, and its
+per-episode rate is projected to ``--episodes`` (labelled as a projection): at ~90 texts/s a
+100k run of the torch arm alone would take ~20 minutes on these shared cores.
 
 Generates a JSONL file of synthetic episodes (384-d unit vectors supplied), then ingests it
 into a fresh home in a child process per repeat, so each measures one cold ingest and its own
@@ -28,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 
-def make_file(path: Path, n: int, dim: int, seed: int = 1) -> None:
+def make_file(path: Path, n: int, dim: int, seed: int = 1, *, vectors: bool = True) -> None:
     rng = random.Random(seed)
     vecs = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -55,9 +65,11 @@ def make_file(path: Path, n: int, dim: int, seed: int = 1) -> None:
                     "os": rng.choice(["win11", "macos"]),
                     "error_code": str(rng.randrange(700, 730)),
                 },
-                "text": "Tried the usual steps and checked the result.",
-                "vector": [round(float(x), 6) for x in vecs[i]],
+                "text": f"Tried the usual steps on host {rng.randrange(5000)} and checked "
+                f"the result ({rng.choice(['fixed', 'still failing', 'rolled back'])}).",
             }
+            if vectors:
+                record["vector"] = [round(float(x), 6) for x in vecs[i]]
             out.write(json.dumps(record) + "\n")
 
 
@@ -90,14 +102,92 @@ def child(path: str, home: str) -> None:
     )
 
 
+def text_child(path: str, home: str, arm: str, backend: str, sample: int) -> None:
+    """One arm of --text-only in a fresh process: the write, then (after) the embed task."""
+    from memory_core.config import load_settings
+    from memory_core.context import RunContext
+    from memory_core.embed import make_embedder
+    from memory_core.stages.embed import embed_episodes
+    from memory_core.stages.ingest import ingest_file
+    from memory_core.stores import open_stores
+
+    embed = {"model": "minilm", "backend": backend, "at_ingest": arm == "before"}
+    settings = load_settings(home=Path(home), embed=embed)
+    stores = open_stores(settings)
+    t0 = time.perf_counter()
+    embedder = make_embedder(settings.embed)
+    load_model = time.perf_counter() - t0
+    stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
+    load = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = ingest_file(stores, settings, RunContext(), Path(path), embedder=embedder)
+    write_s, write_cpu = time.perf_counter() - t0, time.process_time() - c0
+    out: dict = {"arm": arm, "backend": backend, "episodes": result.inserted,
+                 "model_load_s": round(load_model, 2), "ingest_s": round(write_s, 3),
+                 "ingest_cpu_s": round(write_cpu, 3), "embedded_at_ingest": result.embedded,
+                 "pending_after_ingest": result.pending_embedding}  # fmt: skip
+    if arm == "after":
+        t0 = time.perf_counter()
+        done = embed_episodes(stores, settings, RunContext(), embedder=embedder, limit=sample)
+        out["embed_s"] = round(time.perf_counter() - t0, 3)
+        out["embedded"] = done.embedded
+    out["load_avg_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(out))
+
+
+def _run(*argv: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def text_only(args: argparse.Namespace) -> None:
+    sample = min(args.embed_sample, args.episodes)
+    with tempfile.TemporaryDirectory() as tmp:
+        full, part = Path(tmp) / "all.jsonl", Path(tmp) / "sample.jsonl"
+        make_file(full, args.episodes, 384, vectors=False)
+        with full.open() as src, part.open("w") as dst:
+            for _, line in zip(range(sample), src, strict=False):
+                dst.write(line)
+        before = _run("--text-child", str(part), f"{tmp}/b", "before", args.before, str(sample))
+        after = _run("--text-child", str(full), f"{tmp}/a", "after", args.after, str(sample))
+    per_before = before["ingest_s"] / sample
+    per_after = after["embed_s"] / after["embedded"]
+    print(json.dumps({
+        "episodes": args.episodes, "embed_sample": sample,
+        "before": before, "after": after,
+        "write_path_s": {"before_projected": round(per_before * args.episodes, 1),
+                         "after_measured": after["ingest_s"]},
+        "embedding_s_projected_to_all": {"before": round(per_before * args.episodes, 1),
+                                         "after": round(per_after * args.episodes, 1)},
+        "texts_per_s": {"before": round(sample / before["ingest_s"], 1),
+                        "after": round(after["embedded"] / after["embed_s"], 1)},
+        "note": "projections = per-episode rate on the sample x episodes; not measured on all",
+    }, indent=2))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child", nargs=2)
+    parser.add_argument("--text-only", action="store_true")
+    parser.add_argument("--embed-sample", type=int, default=2000)
+    parser.add_argument("--before", default="torch")
+    parser.add_argument("--after", default="onnx-int8")
+    parser.add_argument("--text-child", nargs=5)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.text_child:
+        path, home, arm, backend, sample = args.text_child
+        text_child(path, home, arm, backend, int(sample))
+        return
+    if args.text_only:
+        text_only(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "episodes.jsonl"

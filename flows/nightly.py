@@ -69,6 +69,20 @@ def consolidate_partition(
     return consolidate(stores, settings, ctx, unit, recluster=recluster)
 
 
+@pipeline_task("embed-episodes")
+def embed_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
+    """Vectors for the episodes ingest stored without one, before anything clusters them."""
+    from memory_core.embed import make_embedder
+    from memory_core.stages.embed import embed_episodes, pending_embedding
+
+    settings, stores = _stores(settings_data)
+    if not pending_embedding(stores):  # no model load on a night with nothing to embed
+        return {"pending_before": 0, "embedded": 0}
+    ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
+    embedder = make_embedder(settings.embed)
+    return embed_episodes(stores, settings, ctx, embedder=embedder).as_dict()
+
+
 @pipeline_task("extract-facts")
 def extract_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> dict[str, Any]:
     """Facts from raw conversations: Claude in batch, a replay, or skipped (and said so)."""
@@ -226,6 +240,10 @@ def _consolidate(
         clock=ctx.now,
         params={"recluster": recluster},
     )
+    embedded = embed_task.submit(
+        settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
+    ).result()
+    crash_point("nightly.embedded")
     extracted = extract_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
@@ -274,6 +292,7 @@ def _consolidate(
         "partitions": len(plan),
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
+        "embed": embedded,
         "extract": extracted,
         "score": scored,
         "workflow_text": workflows,

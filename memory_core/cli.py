@@ -151,6 +151,35 @@ def ingest(
 
 
 @app.command()
+def embed(
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, help="embed at most N pending episodes (default: all)"),
+    ] = None,
+    now: NowOpt = None,
+    home: HomeOpt = None,
+    config: ConfigOpt = None,
+    fmt: FormatOpt = OutputFormat.text,
+) -> None:
+    """Fill the vectors of episodes stored without one (ingest leaves them to this, or to the
+    nightly's embed task): through the embedding cache, in batches, one commit each."""
+    from memory_core.embed import make_embedder
+    from memory_core.stages.embed import embed_episodes, pending_embedding
+
+    settings = settings_for(home, config)
+    stores = open_all(settings)
+    ctx = RunContext(now=parse_now(now))
+    if not pending_embedding(stores):  # nothing to do: no model load
+        emit({"pending_before": 0, "embedded": 0, "pending_after": 0}, fmt)
+        return
+    result = embed_episodes(
+        stores, settings, ctx, embedder=make_embedder(settings.embed), limit=limit
+    ).as_dict()
+    result["pending_after"] = pending_embedding(stores)
+    emit(result, fmt)
+
+
+@app.command()
 def status(
     home: HomeOpt = None, config: ConfigOpt = None, fmt: FormatOpt = OutputFormat.text
 ) -> None:

@@ -78,6 +78,15 @@ class EmbedConfig(BaseModel):
     onnx_cache_dir: str = Field(
         default="", description="where the ONNX export is cached; empty = ~/.cache/memory-core/onnx"
     )
+    at_ingest: bool = Field(
+        default=False,
+        description="embed episodes that arrive without a vector during ingest (the old, "
+        "blocking behaviour); false = write them at once with no vector (the full-text leg "
+        "finds them) and let `memctl embed` / the nightly's embed task fill vectors in bulk",
+    )
+    embed_batch_rows: int = Field(
+        default=20_000, ge=100, description="episodes per commit of the embed task"
+    )
 
 
 class IngestConfig(BaseModel):
@@ -322,6 +331,20 @@ class ForgetConfig(BaseModel):
         "missing (digests are found by their words: bench/compaction_locomo.py). The index "
         "makes deletion's fragment rewrites slower on a big table (bench/forget.py): leave "
         "episodes out if deletion latency matters more than keyword recall",
+    )
+    layout_fragment_rows: int = Field(
+        default=100_000,
+        ge=0,
+        description="maintenance lays tables out grouped by tenant and subject in fragments "
+        "of this many rows (also every compaction's target), so one subject's deletion "
+        "rewrites a fragment or two, not the table (stores/layout.py); 0 = Lance's default",
+    )
+    layout_max_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="regroup a table once one subject's deletion would rewrite more than this "
+        "share of its rows on average",
     )
     drop_tags: bool = Field(
         default=False, description="delete Lance tags that would keep forgotten rows; else refuse"

@@ -35,6 +35,7 @@ from memory_core.context import Partition, RunContext
 from memory_core.embed import Embedder, make_embedder
 from memory_core.models import CandidateStatus
 from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stores import Stores, open_stores
@@ -99,11 +100,14 @@ class EvalHome:
         return cls(home, settings, stores, emb)
 
     def ingest(self, episodes: list[dict[str, Any]], *, now: datetime, source: str) -> IngestResult:
+        """Ingest, then embed what came without a vector (as the nightly's first task does)."""
         lines = [json.dumps(e, ensure_ascii=False) for e in episodes]
-        return ingest_records(
-            self.stores, self.settings, RunContext(now=now), lines, embedder=self.embedder,
-            source=source,
+        ctx = RunContext(now=now)
+        result = ingest_records(
+            self.stores, self.settings, ctx, lines, embedder=self.embedder, source=source,
         )  # fmt: skip
+        embed_episodes(self.stores, self.settings, ctx, embedder=self.embedder)
+        return result
 
     def consolidate(self, *, now: datetime) -> dict[str, Any]:
         """Cluster and mine every partition, estimate LLM cost, score, batch for review."""

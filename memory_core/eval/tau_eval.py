@@ -26,6 +26,7 @@ from memory_core.context import Partition, RunContext
 from memory_core.embed import Embedder
 from memory_core.eval.tau_bench import convert_tau_bench, load_tau_bench
 from memory_core.stages.cluster import cluster_partition, list_clusters
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stores import open_stores
@@ -72,6 +73,7 @@ def evaluate_tau_bench(
         embedder=embedder,
         source=path.name,
     )
+    embed_episodes(stores, settings, ctx, embedder=embedder)  # as the nightly does first
     partitions = sorted({(e["tenant_id"], e["namespace"]) for e in conversion.episodes})
     for tenant, namespace in partitions:
         partition = Partition(tenant, namespace)

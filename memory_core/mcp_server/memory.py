@@ -288,7 +288,7 @@ class MemoryService:
         with self._save_lock:
             result = save_episodes(
                 lance, self.embedder, records, now=now, client=binding.client,
-                retries=self.config.save_retries,
+                retries=self.config.save_retries, embed_now=self.settings.embed.at_ingest,
             )  # fmt: skip
             self._since_refresh += result.inserted > 0
             refresh = 0 < self.config.index_every <= self._since_refresh

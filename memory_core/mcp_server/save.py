@@ -7,8 +7,11 @@ differs is what a save must never do: wait for the pipeline.
 
 * No DuckDB on the save's path. The nightly flow holds the DuckDB file for seconds at a time
   (one process's read-write connection locks it against every other, STACK-NOTES), so the
-  save embeds without the embedding cache and queues its audit entry (counts only, no ids or
+  save never embeds with the cache and queues its audit entry (counts only, no ids or
   content) in ``AuditSpool``, which writes it to the audit log when the file is free.
+* No model on the save's path either (``embed.at_ingest = false``, the default): a record
+  without a vector is stored with none; the full-text leg finds it at once, the vector leg
+  once ``memctl embed`` or the nightly's embed task has filled it.
 * One Lance append per save (a text, or a conversation's episodes), after checking the ids
   (one server process saves one at a time, so the same id is never appended twice), retried
   on commit conflicts: a consolidation or forgetting pass committing to the episodes table at
@@ -100,7 +103,7 @@ def _commit(lance: LanceStore, rows: pa.Table, *, retries: int) -> int:
     rows = rows.select(table.schema.names).cast(table.schema)
     for attempt in range(1, retries + 2):
         try:
-            table.add(rows)
+            table.add(rows, on_bad_vectors="null")  # a null vector: not embedded yet
             return attempt
         except (OSError, RuntimeError, ValueError) as exc:
             if attempt > retries or not _is_conflict(exc):
@@ -136,9 +139,11 @@ def save_episodes(
     now: datetime,
     client: str,
     retries: int,
+    embed_now: bool = False,
 ) -> SaveResult:
-    """Validate, gate, embed and append ``records`` (contract fields, ids set) in one commit;
-    all or nothing: one bad record and none is written."""
+    """Validate, gate and append ``records`` (contract fields, ids set) in one commit; all or
+    nothing: one bad record and none is written. Records without a vector are stored without
+    one (``memctl embed`` / the nightly fills it) unless ``embed_now`` (``embed.at_ingest``)."""
     lines = [json.dumps(r, ensure_ascii=False, default=str) for r in records]
     chunk = process_chunk(lines, 1, dim=embedder.dim, now=now, parser=None, keep_bad=False)
     if chunk.errors:
@@ -164,14 +169,18 @@ def save_episodes(
     if not fresh.any():
         return SaveResult(ids, 0, len(ids), redactions, blocked, 0)
     need = fresh & ~chunk.has_vector
-    if need.any():
+    if embed_now and need.any():
         texts = table.column("_embed_text").to_pylist()
         todo = [int(i) for i in np.flatnonzero(need)]
         vectors = embedder.embed([texts[i] or ids[i] for i in todo])
         for n, i in enumerate(todo):
             chunk.vectors[i] = np.asarray(vectors[n], dtype=np.float32)
+        chunk.has_vector[need] = True
     schema = lance.table("episodes").schema
-    rows = _episode_rows(table.filter(pa.array(fresh)), chunk.vectors[fresh], embedder, schema)
+    rows = _episode_rows(
+        table.filter(pa.array(fresh)), chunk.vectors[fresh], embedder, schema,
+        embedded=chunk.has_vector[fresh],
+    )  # fmt: skip
     marker = canonical_json([{"source_id": "mcp", "source_kind": "mcp", "client": client}])
     index = rows.schema.get_field_index("provenance")
     column = pa.array([marker] * rows.num_rows, pa.string())

@@ -1,7 +1,9 @@
 """The pipeline, one package per stage, in the order a night runs them.
 
     ingest      JSONL -> episodes: validate every line, the write gate (secrets redacted,
-                tool/agent claims without authority), embed, write once (``memctl ingest``)
+                tool/agent claims without authority), write once (``memctl ingest``)
+    embed       vectors for episodes stored without one, in bulk through the cache
+                (``memctl embed``; the nightly's first task)
     extract     Claude fact extraction from conversations, in Message Batches (replayable)
     cluster     per (tenant, namespace) partition: group episodes by the problem they are about
     mine        clusters -> candidates: procedures with counterexamples, insights, preferences
@@ -15,12 +17,13 @@
 Each stage is a function of (stores, config, run context) returning a result; its package
 ``__init__`` says what the stage guarantees and exports its entry points. ``partitions.py`` is
 shared by the partitioned stages (cluster, mine): what is new in each partition since its
-watermark. The nightly flow (``flows/nightly.py``) runs ingest's output through cluster, mine,
-score, review and staleness; ``flows/forgetting.py`` runs forget and compact.
+watermark. The nightly flow (``flows/nightly.py``) runs ingest's output through embed,
+cluster, mine, score, review and staleness; ``flows/forgetting.py`` runs forget and compact.
 """
 
 PIPELINE = (
     "ingest",
+    "embed",
     "extract",
     "cluster",
     "mine",

@@ -116,13 +116,37 @@ class LanceStore:
             .execute(rows)
         )
 
-    def insert_new(self, name: str, rows: pa.Table) -> Any:
-        """Insert rows whose id is new; existing ids are left exactly as they are."""
+    def insert_new(self, name: str, rows: pa.Table, *, null_vectors: bool = False) -> Any:
+        """Insert rows whose id is new; existing ids are left exactly as they are.
+
+        ``null_vectors``: rows may carry a null vector (episodes written before the embed
+        stage ran); lancedb refuses them unless told (``on_bad_vectors``)."""
         if rows.num_rows == 0:
             return None
         table = self.table(name)
         rows = rows.select(table.schema.names).cast(table.schema)
-        return table.merge_insert(ID_COLUMN[name]).when_not_matched_insert_all().execute(rows)
+        merge = table.merge_insert(ID_COLUMN[name]).when_not_matched_insert_all()
+        return merge.execute(rows, on_bad_vectors="null") if null_vectors else merge.execute(rows)
+
+    def fill_vectors(self, name: str, rows: pa.Table) -> Any:
+        """Set ``vector`` and ``embedding_version`` of stored rows that still have no vector.
+
+        ``rows`` holds the id, ``embedding_version`` and ``vector`` columns only: Lance updates
+        those columns of the matching rows and leaves every other column as stored (a status
+        changed meanwhile stays changed); ids no longer stored (deleted meanwhile) are not
+        brought back, and rows that already got a vector are left alone. One commit.
+        """
+        if rows.num_rows == 0:
+            return None
+        table = self.table(name)
+        columns = [ID_COLUMN[name], "embedding_version", "vector"]
+        schema = pa.schema([table.schema.field(c) for c in columns])
+        rows = rows.select(columns).cast(schema)
+        return (
+            table.merge_insert(ID_COLUMN[name])
+            .when_matched_update_all(where="target.vector IS NULL")
+            .execute(rows)
+        )
 
     def delete(self, name: str, where: str) -> Any:
         return self.table(name).delete(where)

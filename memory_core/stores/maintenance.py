@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from memory_core.errors import PolicyRefused
 from memory_core.stores.lance import LanceStore
+from memory_core.stores.layout import compaction_options
 
 __all__ = [
     "PurgeStats",
@@ -54,6 +55,7 @@ class PurgeStats:
     indices_optimized: bool = False
     vector_index: str = "unchanged"
     fts_index: str = "unchanged"
+    layout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,6 +68,7 @@ class PurgeStats:
             "indices_optimized": self.indices_optimized,
             "vector_index": self.vector_index,
             "fts_index": self.fts_index,
+            "layout": self.layout,
             "seconds": round(self.seconds, 3),
         }
 
@@ -111,7 +114,10 @@ def purge_versions(
         for tag in sorted(ds.tags.list()):
             ds.tags.delete(tag)
             stats.tags_dropped.append(tag)
-    metrics = ds.optimize.compact_files(materialize_deletions_threshold=0.0)
+    # the table's own fragment target (stores/layout.py): rewrite only fragments with deletions
+    metrics = ds.optimize.compact_files(
+        **compaction_options(ds, {"materialize_deletions_threshold": 0.0})
+    )
     stats.fragments_rewritten = int(metrics.fragments_removed)
     ds = _dataset(store, name)
     if _has_unindexed(ds):

@@ -42,6 +42,7 @@ KILL_POINTS = [
     "extract.submitted",  # inside extract: batch recorded, never polled
     "extract.collected",  # inside extract: results read, nothing written
     "extract.written",  # inside extract: facts written, paraphrases not merged
+    "nightly.embedded",  # boundary embed -> extract (vectors filled, nothing else)
     "nightly.extracted",  # boundary extract -> partitions
     "cluster.in_transaction",  # inside cluster: clusters written, members not, uncommitted
     "partition.clustered",  # boundary cluster -> mine

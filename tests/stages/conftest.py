@@ -20,6 +20,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.stages.cluster import ClusterResult, cluster_partition
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import MiningResult, mine_partition
 from memory_core.stores import Stores, open_stores
@@ -109,6 +110,7 @@ class Mem:
     embedder: HashEmbedder = field(default_factory=lambda: HashEmbedder(384))
 
     def ingest(self, episodes: list[dict[str, Any]], now: datetime = NOW) -> None:
+        """Ingest, then embed what came without a vector (the nightly's first task)."""
         ingest_records(
             self.stores,
             self.settings,
@@ -116,6 +118,7 @@ class Mem:
             [json.dumps(e) for e in episodes],
             embedder=self.embedder,
         )
+        embed_episodes(self.stores, self.settings, RunContext(now=now), embedder=self.embedder)
 
     def cluster(
         self, tenant: str = "acme", namespace: str = "it", *, recluster: bool = False,

@@ -13,6 +13,7 @@ from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.models import CandidateStatus
 from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.review import (
@@ -36,10 +37,12 @@ class Home:
     embedder: HashEmbedder = field(default_factory=lambda: HashEmbedder(384))
 
     def ingest(self, episodes: list[dict[str, Any]], now: datetime) -> None:
+        """Ingest, then embed what came without a vector (the nightly's first task)."""
         ingest_records(
             self.stores, self.settings, RunContext(now=now), [json.dumps(e) for e in episodes],
             embedder=self.embedder,
         )  # fmt: skip
+        embed_episodes(self.stores, self.settings, RunContext(now=now), embedder=self.embedder)
 
     def cluster(self, tenant: str, namespace: str, *, now: datetime) -> None:
         cluster_partition(

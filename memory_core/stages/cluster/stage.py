@@ -157,14 +157,17 @@ def _label(goal: str | None, actions: list[str] | None, code: str) -> str:
 
 
 def _load_episodes(stores: Stores, partition: Partition) -> tuple[pa.Table, int]:
-    """Active episodes that carry actions or a goal, and how many others were left out.
+    """Active, embedded episodes that carry actions or a goal, and how many others were left out.
 
     Message-only episodes (a transcript's per-message records: text, no goal, no actions)
     say nothing about how a problem is solved; they go to fact extraction, not to clusters.
+    Episodes not embedded yet (null vector: ``stages/embed``) are not read at all: they stay
+    unclustered, so the first run after the embed task places them.
     """
     where = (
         f"tenant_id = {sql_quote(partition.tenant_id)} AND "
-        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
+        f"namespace = {sql_quote(partition.namespace)} AND status = 'active' "
+        "AND vector IS NOT NULL"
     )
     table = stores.lance.scan("episodes", where=where, columns=[*_EPISODE_COLUMNS, "vector"])
     lengths = pc.list_value_length(table.column("actions"))

@@ -251,10 +251,19 @@ def _digest(group: list[dict[str, Any]], cluster_id: str | None, unit: str, sett
     ]
     first = group[0]
     subjects = {r["subject_id"] for r in group}
-    if settings.forget.digest_vector == "embed" and embedder is not None:
+    # Sources not embedded yet (null vector, see stages/embed) do not count in the mean; a
+    # group with none embedded is embedded from the digest's own text.
+    embedded = [r for r in group if r["vector"] is not None]
+    version = embedded[0]["embedding_version"] if embedded else ""
+    if not embedded and embedder is None:
+        from memory_core.embed import make_embedder
+
+        embedder = make_embedder(settings.embed)
+    if embedder is not None and (settings.forget.digest_vector == "embed" or not embedded):
         vector = embedder.embed([text])[0]
+        version = embedder.version
     else:
-        mean = np.mean([np.asarray(r["vector"], np.float32) for r in group], axis=0)
+        mean = np.mean([np.asarray(r["vector"], np.float32) for r in embedded], axis=0)
         vector = mean / max(float(np.linalg.norm(mean)), 1e-12)
     authorities = [a.value for a in sorted(Authority, key=lambda a: a.rank)]
     importance = [r["importance"] for r in group if r["importance"] is not None]
@@ -286,7 +295,7 @@ def _digest(group: list[dict[str, Any]], cluster_id: str | None, unit: str, sett
         "importance": max(importance) if importance else None,
         "provenance": json.dumps(provenance, sort_keys=True),
         "content_hash": content_hash([provenance, text]),
-        "embedding_version": first["embedding_version"],
+        "embedding_version": version,
         "policy_version": settings.policy.version,
         "text": text,
         "vector": [float(x) for x in vector],

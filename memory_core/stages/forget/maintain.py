@@ -1,18 +1,24 @@
 """Nightly Lance maintenance of the tables forgetting changed (and index upkeep of all).
 
-Compaction that materializes deletions, pruning of versions older than
+A layout grouped by tenant and subject (``stores/layout.py``: regrouped once fresh, mixed
+fragments make a subject's deletion rewrite more than ``forget.layout_max_share`` of a table),
+compaction that materializes deletions, pruning of versions older than
 ``forget.version_retention_hours``, index refresh, and a vector index built once a table is
 large enough (never a big one nightly; see ``stores/maintenance.py``).
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
 from memory_core.config import Settings
 from memory_core.stores import Stores
+from memory_core.stores.layout import regroup, subject_share
 from memory_core.stores.maintenance import check_tags, purge_versions
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["maintain_tables"]
 
@@ -27,6 +33,7 @@ def maintain_tables(
     check_tags(stores.lance, names, drop=config.drop_tags)
     out = []
     for name in names:
+        layout = _layout(stores, settings, name)
         stats = purge_versions(
             stores.lance,
             name,
@@ -34,11 +41,40 @@ def maintain_tables(
             drop_tags=config.drop_tags,
             delete_unverified=config.delete_unverified,
         )
+        stats.layout = layout
         if name in config.fts_tables:
             stats.fts_index = _fts_index(stores, name)
         if vector_index and config.vector_index_max_build_rows:
             stats.vector_index = _vector_index(stores, settings, name)
         out.append(stats.as_dict())
+    return out
+
+
+def _layout(stores: Stores, settings: Settings, name: str) -> dict[str, Any]:
+    """Regroup ``name`` by tenant and subject when deletions would rewrite too much of it.
+
+    Tables of at most two fragments' rows are left alone (one subject's deletion rewrites
+    most of them whatever the order). A concurrent write to the same fragments makes the
+    commit fail: the table stays as it was (the fragments written are unreferenced and go
+    with the version cleanup) and the next maintenance tries again."""
+    rows = settings.forget.layout_fragment_rows
+    if not rows:
+        return {}
+    ds = stores.lance.table(name).to_lance()
+    if ds.count_rows() <= 2 * rows:
+        return {}
+    before = subject_share(ds)
+    out: dict[str, Any] = {"share_before": round(before.share, 4)}
+    if before.share <= settings.forget.layout_max_share:
+        return out
+    try:
+        out["regrouped"] = regroup(ds, rows, storage_options=stores.lance.storage_options)
+    except (OSError, RuntimeError, ValueError) as exc:  # a commit conflict, reported
+        logger.warning("regrouping %s failed, left as it was: %s", name, exc)
+        out["error"] = str(exc).splitlines()[0][:200]
+        return out
+    stores.lance.table(name).checkout_latest()
+    out["share_after"] = round(subject_share(stores.lance.table(name).to_lance()).share, 4)
     return out
 
 

@@ -33,6 +33,7 @@ from memory_core.crash import crash_point
 from memory_core.stages.forget.maintain import maintain_tables
 from memory_core.stores import Stores
 from memory_core.stores.lance import LanceStore
+from memory_core.stores.layout import compaction_options
 from memory_core.stores.maintenance import check_tags
 from memory_core.stores.meta import MetaStore
 
@@ -78,7 +79,7 @@ def plan_compaction(
         if name not in existing:
             continue
         ds = _dataset(store, name)
-        plan = Compaction.plan(ds, opts)
+        plan = Compaction.plan(ds, compaction_options(ds, opts))
         jobs.extend(
             CompactionJob(name, ds.uri, int(plan.read_version), task.json()) for task in plan.tasks
         )
@@ -111,7 +112,7 @@ def commit_compaction(
             version=rewrites[0].read_version,
             storage_options=store.storage_options or None,
         )
-        metrics = Compaction.commit(ds, rewrites, opts)
+        metrics = Compaction.commit(ds, rewrites, compaction_options(ds, opts))
         out[name] = {
             "tasks": len(rewrites),
             "fragments_removed": int(metrics.fragments_removed),

@@ -1,4 +1,11 @@
-"""Episode ingestion: validate every line, pass the write gate, embed what is new, write once.
+"""Episode ingestion: validate every line, pass the write gate, write once; embedding waits.
+
+Episodes that arrive without a vector are written at once with a null vector and an empty
+``embedding_version`` (``embed.at_ingest = false``, the default): ingest never waits for the
+model (MiniLM: ~90 texts/s on two cores), the read path's full-text leg finds them at once,
+and ``stages/embed`` (``memctl embed``, the nightly's first task) fills the vectors in bulk.
+``embed.at_ingest = true`` embeds them here, through the cache, before the write (the old
+behaviour).
 
 All-or-nothing by default: one bad line and nothing is written, with every bad line reported
 (line, field, reason). ``quarantine=True`` writes the good lines and keeps the bad ones, with
@@ -18,8 +25,8 @@ one float32 vector array per block), not by the input text or Python objects:
    float32 vector array. Every bad line of the whole input is known before anything is
    written. The cyclic GC is paused meanwhile (``_gc_paused``).
 2. write: conflicts (within the input and against the store) and re-ingested episodes are
-   resolved on the id/hash columns; new episodes without a vector are embedded (through the
-   cache); all new rows go to Lance in a single ``merge_insert`` commit
+   resolved on the id/hash columns; with ``at_ingest`` new episodes without a vector are
+   embedded (through the cache); all new rows go to Lance in a single ``merge_insert`` commit
    (``LanceStore.insert_new``), so readers see all of them or none.
 
 Throughput (bench/ingest.py, 100k episodes with 384-d vectors, 2 shared cores): ~20,000
@@ -81,6 +88,7 @@ class IngestResult:
     quarantined: int = 0
     embedded: int = 0
     embed_cache_hits: int = 0
+    pending_embedding: int = 0
     redactions: dict[str, int] = field(default_factory=dict)
     claims_without_authority: int = 0
     errors: list[FieldError] = field(default_factory=list)
@@ -94,6 +102,7 @@ class IngestResult:
             "quarantined": self.quarantined,
             "embedded": self.embedded,
             "embed_cache_hits": self.embed_cache_hits,
+            "pending_embedding": self.pending_embedding,
             "redactions": self.redactions,
             "claims_without_authority": self.claims_without_authority,
             "errors": [str(e) for e in self.errors],
@@ -221,8 +230,9 @@ def ingest_file(
             yield chunk
 
     return _ingest(
-        stores, ctx, validate, embedder=embedder, quarantine=quarantine, source=str(path)
-    )
+        stores, ctx, validate, embedder=embedder, quarantine=quarantine, source=str(path),
+        embed_now=settings.embed.at_ingest,
+    )  # fmt: skip
 
 
 def ingest_records(
@@ -243,7 +253,10 @@ def ingest_records(
                 piece, first, dim=embedder.dim, now=ctx.now, parser=parser, keep_bad=quarantine
             )
 
-    return _ingest(stores, ctx, validate, embedder=embedder, quarantine=quarantine, source=source)
+    return _ingest(
+        stores, ctx, validate, embedder=embedder, quarantine=quarantine, source=source,
+        embed_now=settings.embed.at_ingest,
+    )  # fmt: skip
 
 
 def _ingest(
@@ -254,6 +267,7 @@ def _ingest(
     embedder: Embedder,
     quarantine: bool,
     source: str,
+    embed_now: bool,
 ) -> IngestResult:
     stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
     _check_embedder(stores, embedder)
@@ -265,8 +279,9 @@ def _ingest(
         raise ValidationFailed(source, errors)
 
     fresh, result.unchanged, blocked = _resolve(stores, chunks, source)
-    _fill_vectors(stores, embedder, chunks, fresh, ctx, result)
-    result.inserted = _write(stores, chunks, fresh, embedder)
+    if embed_now:
+        _fill_vectors(stores, embedder, chunks, fresh, ctx, result)
+    result.inserted, result.pending_embedding = _write(stores, chunks, fresh, embedder)
     redactions: Counter[str] = Counter()
     for c in chunks:
         redactions.update(c.redactions)
@@ -289,6 +304,7 @@ def _ingest(
                 "unchanged": result.unchanged,
                 "quarantined": result.quarantined,
                 "embedded": result.embedded,
+                "pending_embedding": result.pending_embedding,
             },
         )
         if result.redactions:
@@ -405,11 +421,15 @@ def _fill_vectors(
         n = int(mask.sum())
         if n:
             chunk.vectors[mask] = vectors[at : at + n]
+            chunk.has_vector[mask] = True
             at += n
 
 
-def _write(stores: Stores, chunks: list[Chunk], fresh: np.ndarray, embedder: Embedder) -> int:
-    """Phase 2: the new rows in one Lance commit (``insert_new``: ids already stored stay).
+def _write(
+    stores: Stores, chunks: list[Chunk], fresh: np.ndarray, embedder: Embedder
+) -> tuple[int, int]:
+    """Phase 2: the new rows in one Lance commit (``insert_new``: ids already stored stay);
+    ``(rows inserted, of which without a vector)``.
 
     The table is assembled from the chunks' columns without copying them (except rows
     filtered out), in record batches of ``WRITE_BATCH_ROWS``: Lance holds far less than with
@@ -417,23 +437,40 @@ def _write(stores: Stores, chunks: list[Chunk], fresh: np.ndarray, embedder: Emb
     """
     inserted = int(fresh.sum())
     if not inserted:
-        return 0
+        return 0, 0
     schema = stores.lance.table("episodes").schema
     batches: list[pa.RecordBatch] = []
+    pending = 0
     for chunk, mask in _per_chunk(chunks, fresh):
         if mask.any():
             rows = chunk.table if mask.all() else chunk.table.filter(pa.array(mask))
             vectors = chunk.vectors if mask.all() else chunk.vectors[mask]
-            batches += _episode_rows(rows, vectors, embedder, schema).to_batches(WRITE_BATCH_ROWS)
-    stores.lance.insert_new("episodes", pa.Table.from_batches(batches, schema))
-    return inserted
+            embedded = chunk.has_vector if mask.all() else chunk.has_vector[mask]
+            pending += int((~embedded).sum())
+            table = _episode_rows(rows, vectors, embedder, schema, embedded=embedded)
+            batches += table.to_batches(WRITE_BATCH_ROWS)
+    stores.lance.insert_new(
+        "episodes", pa.Table.from_batches(batches, schema), null_vectors=pending > 0
+    )
+    return inserted, pending
 
 
 def _episode_rows(
-    rows: pa.Table, vectors: np.ndarray, embedder: Embedder, schema: pa.Schema
+    rows: pa.Table,
+    vectors: np.ndarray,
+    embedder: Embedder,
+    schema: pa.Schema,
+    *,
+    embedded: np.ndarray | None = None,
 ) -> pa.Table:
+    """Lance rows of validated episodes; rows not ``embedded`` get a null vector and an empty
+    ``embedding_version`` (the embed stage's work list)."""
     n = rows.num_rows
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    missing = None if embedded is None or embedded.all() else pa.array(~embedded)
+    version = pa.repeat(embedder.version, n)
+    if missing is not None:
+        version = pa.array(np.where(embedded, embedder.version, ""), pa.string())
     columns: dict[str, Any] = {
         "status": pa.repeat("active", n),
         "valid_from": rows.column("occurred_at"),
@@ -441,9 +478,9 @@ def _episode_rows(
         "confidence": pa.array(np.ones(n, np.float32)),
         "importance": pa.nulls(n, pa.float32()),
         "provenance": pa.repeat("[]", n),
-        "embedding_version": pa.repeat(embedder.version, n),
+        "embedding_version": version,
         "policy_version": pa.repeat("1", n),
-        "vector": pa.FixedSizeListArray.from_arrays(flat, embedder.dim),
+        "vector": pa.FixedSizeListArray.from_arrays(flat, embedder.dim, mask=missing),
     }
     names = set(rows.column_names)
     arrays = []

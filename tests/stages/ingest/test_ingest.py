@@ -6,10 +6,12 @@ import json
 
 import pytest
 
+from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.errors import EmbedderMismatch, EpisodeConflict, ValidationFailed
 from memory_core.stages.ingest import ingest_records
+from memory_core.stores import open_stores
 from memory_core.stores.lance import sql_quote
 from tests.conftest import NOW, episode, lines_of
 
@@ -147,20 +149,47 @@ def test_duplicate_identical_line_in_one_file_is_stored_once(ingest, stores):
     assert stores.lance.count("episodes") == 1
 
 
-def test_supplied_vectors_are_kept_and_missing_ones_embedded(ingest, stores):
+def _sync(tmp_path):
+    """A home with ``embed.at_ingest = true``: ingest embeds before writing (the old way)."""
+    settings = load_settings(home=tmp_path / "sync", embed={"model": "hash", "at_ingest": True})
+    return settings, open_stores(settings)
+
+
+def _rows(stores) -> dict[str, dict]:
+    table = stores.lance.scan("episodes", columns=["episode_id", "vector", "embedding_version"])
+    return {r["episode_id"]: r for r in table.to_pylist()}
+
+
+def test_supplied_vectors_are_kept_and_missing_ones_left_to_embed(ingest, stores):
     vec = [0.0] * 384
     vec[3] = 1.0
     result = ingest(lines_of(episode(episode_id="a", vector=vec), episode(episode_id="b")))
-    assert result.embedded == 1
-    table = stores.lance.scan("episodes", columns=["episode_id", "vector", "embedding_version"])
-    rows = {r["episode_id"]: r for r in table.to_pylist()}
+    assert (result.embedded, result.pending_embedding) == (0, 1)
+    rows = _rows(stores)
+    assert rows["a"]["vector"][3] == 1.0 and rows["a"]["embedding_version"] == "hash-v1-384"
+    assert rows["b"]["vector"] is None and rows["b"]["embedding_version"] == ""
+
+
+def test_at_ingest_embeds_missing_vectors_before_the_write(tmp_path):
+    settings, stores = _sync(tmp_path)
+    vec = [0.0] * 384
+    vec[3] = 1.0
+    lines = lines_of(episode(episode_id="a", vector=vec), episode(episode_id="b"))
+    result = ingest_records(stores, settings, RunContext(now=NOW), lines, embedder=HashEmbedder())
+    assert (result.embedded, result.pending_embedding) == (1, 0)
+    rows = _rows(stores)
     assert rows["a"]["vector"][3] == 1.0
-    assert rows["b"]["embedding_version"] == "hash-v1-384"
+    assert rows["b"]["embedding_version"] == "hash-v1-384" and rows["b"]["vector"] is not None
 
 
-def test_embedding_cache_avoids_reembedding_same_text(ingest):
-    ingest(lines_of(episode(episode_id="a")))
-    result = ingest(lines_of(episode(episode_id="b")))  # same text, other id
+def test_embedding_cache_avoids_reembedding_same_text(tmp_path):
+    settings, stores = _sync(tmp_path)
+    run = RunContext(now=NOW)
+    ingest_records(
+        stores, settings, run, lines_of(episode(episode_id="a")), embedder=HashEmbedder()
+    )
+    other = lines_of(episode(episode_id="b"))  # same text, other id
+    result = ingest_records(stores, settings, run, other, embedder=HashEmbedder())
     assert (result.embedded, result.embed_cache_hits) == (0, 1)
 
 
@@ -213,7 +242,8 @@ class _OtherModel(HashEmbedder):
         return "all-MiniLM-L6-v2"
 
 
-def test_episodes_of_another_embedder_are_refused_naming_both(stores, settings):
+def test_episodes_of_another_embedder_are_refused_naming_both(tmp_path):
+    settings, stores = _sync(tmp_path)
     run = RunContext(now=NOW)
     first = lines_of(episode(episode_id="a1"))
     ingest_records(stores, settings, run, first, embedder=_OtherModel(384))  # the home's model

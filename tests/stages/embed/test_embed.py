@@ -1,0 +1,173 @@
+"""Embedding off the write path: ingest stores vector-less episodes at once (the full-text leg
+finds them, the vector leg skips them without error), the embed stage fills them in bulk
+through the cache, and from then on the vector leg finds them too; clustering takes only
+embedded episodes. Real Lance and DuckDB on tmp dirs, the hash embedder."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.context import RunContext
+from memory_core.embed import HashEmbedder
+from memory_core.errors import EmbedderMismatch
+from memory_core.read.indexes import ensure_fts
+from memory_core.recall import Recaller
+from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.embed import embed_episodes, pending_embedding
+from memory_core.stages.ingest import ingest_records
+from memory_core.stages.partitions import Partition
+from memory_core.stores import open_stores
+from tests.conftest import episode, lines_of
+
+NOW = datetime(2026, 8, 1, tzinfo=UTC)
+
+
+def _home(tmp_path, **embed):
+    settings = load_settings(home=tmp_path / "home", embed={"model": "hash", **embed})
+    return settings, open_stores(settings), HashEmbedder(settings.embed.dim)
+
+
+def _episodes(n: int = 6) -> list[str]:
+    return lines_of(
+        *(
+            episode(episode_id=f"e{i}", goal=f"printer jam number {i}",
+                    text=f"zanzibar{i} cleared the tray", occurred_at=f"2026-07-0{1 + i % 9}T10:00:00Z")
+            for i in range(n)
+        )
+    )  # fmt: skip
+
+
+def _vectors(stores) -> dict[str, tuple[bool, str]]:
+    rows = stores.lance.scan("episodes", columns=["episode_id", "vector", "embedding_version"])
+    return {
+        r["episode_id"]: (r["vector"] is not None, r["embedding_version"]) for r in rows.to_pylist()
+    }
+
+
+def test_ingest_writes_without_vectors_and_embed_fills_them(tmp_path):
+    settings, stores, embedder = _home(tmp_path)
+    assert settings.embed.at_ingest is False  # the default: the model is off the write path
+    got = ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    assert got.inserted == 6 and got.pending_embedding == 6 and got.embedded == 0
+    assert set(_vectors(stores).values()) == {(False, "")}
+    assert pending_embedding(stores) == 6
+
+    done = embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    assert (done.pending_before, done.embedded, done.model_calls) == (6, 6, 6)
+    assert set(_vectors(stores).values()) == {(True, embedder.version)}
+    assert pending_embedding(stores) == 0
+    stored = stores.lance.scan(
+        "episodes", columns=["episode_id", "vector"], where="episode_id = 'e2'"
+    )
+    expected = embedder.embed(["x"])  # shape only; the exact text is ingest's embedding text
+    assert len(stored.column("vector")[0].as_py()) == expected.shape[1]
+    again = embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    assert again.pending_before == 0 and again.embedded == 0
+
+
+def test_embed_uses_the_cache_and_matches_synchronous_ingest(tmp_path):
+    """Vectors filled later equal the vectors ingest would have computed itself."""
+    settings, stores, embedder = _home(tmp_path)
+    sync_settings, sync_stores, _ = _home(tmp_path / "sync", at_ingest=True)
+    lines = _episodes()
+    sync = ingest_records(sync_stores, sync_settings, RunContext(now=NOW), lines, embedder=embedder)
+    assert sync.embedded == 6 and sync.pending_embedding == 0  # the old behaviour, kept
+    ingest_records(stores, settings, RunContext(now=NOW), lines, embedder=embedder)
+    embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+
+    def by_id(s):
+        rows = s.lance.scan("episodes", columns=["episode_id", "vector"]).to_pylist()
+        return {r["episode_id"]: r["vector"] for r in rows}
+
+    assert by_id(stores) == by_id(sync_stores)
+    # same texts again under new ids: all from the cache, no model call
+    more = [line.replace('"episode_id": "e', '"episode_id": "x') for line in lines]
+    ingest_records(stores, settings, RunContext(now=NOW), more, embedder=embedder)
+    done = embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    assert done.embedded == 6 and done.cache_hits == 6 and done.model_calls == 0
+
+
+def _ids(result) -> list[str]:
+    return [r["record_id"] for r in result.records]
+
+
+def test_read_path_full_text_at_once_vector_leg_after_embed(tmp_path):
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    ensure_fts(stores.lance.table("episodes"))  # nightly maintenance builds it once
+    # a later ingest: rows the index has not seen yet are still searched (flat)
+    ingest_records(stores, settings, RunContext(now=NOW), lines_of(episode(
+        episode_id="late", goal="badge reader broken", text="quokka reset the badge reader",
+    )), embedder=embedder)  # fmt: skip
+    with Recaller.from_settings(settings, embedder=embedder, access_log=False) as reader:
+        # the vector leg skips null vectors without error; the text leg finds them at once
+        before = reader.recall("zanzibar3", tenant_id="acme", subject_id="u1", now=NOW)
+        assert "e3" in _ids(before)
+        assert "late" in _ids(reader.recall("quokka", tenant_id="acme", subject_id="u1", now=NOW))
+        vec = reader._vector_leg(
+            "episodes", reader._snapshot("episodes"), "tenant_id = 'acme'",
+            embedder.embed(["printer jam number 3"])[0], 10,
+        )  # fmt: skip
+        assert vec.num_rows == 0
+
+        embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+        vec = reader._vector_leg(
+            "episodes", reader._snapshot("episodes"), "tenant_id = 'acme'",
+            embedder.embed(["printer jam number 3"])[0], 10,
+        )  # fmt: skip
+        assert vec.num_rows == 7
+        assert vec.column("episode_id")[0].as_py() == "e3"  # the nearest is the same text
+        after = reader.recall("printer jam number 3", tenant_id="acme", subject_id="u1", now=NOW)
+        assert _ids(after)[0] == "e3"
+
+
+def test_clustering_takes_only_embedded_episodes(tmp_path):
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    part = Partition("acme", "it")
+    first = cluster_partition(stores, settings.cluster, RunContext(now=NOW), part)
+    assert first.episodes == 0 and first.new_members == 0  # nothing embedded: nothing placed
+    embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    second = cluster_partition(stores, settings.cluster, RunContext(now=NOW), part)
+    assert second.new_members == 6
+
+
+def test_fill_keeps_changes_made_meanwhile_and_never_resurrects(tmp_path):
+    """Rows deleted or expired between the embed scan and its commit stay so."""
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    import pyarrow as pa
+
+    rows = stores.lance.scan("episodes", columns=["episode_id"])
+    n = rows.num_rows
+    vectors = embedder.embed(["v"] * n)
+    stores.lance.delete("episodes", "episode_id = 'e1'")
+    stores.lance.update("episodes", "episode_id = 'e2'", {"status": "expired"})
+    stores.lance.fill_vectors("episodes", pa.table({
+        "episode_id": rows.column("episode_id"),
+        "embedding_version": pa.repeat(embedder.version, n),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1)), embedder.dim),
+    }))  # fmt: skip
+    after = stores.lance.scan("episodes", columns=["episode_id", "status", "vector"]).to_pylist()
+    assert sorted(r["episode_id"] for r in after) == ["e0", "e2", "e3", "e4", "e5"]
+    assert {r["episode_id"]: r["status"] for r in after}["e2"] == "expired"
+    assert all(r["vector"] is not None for r in after)
+
+
+def test_embed_refuses_another_models_home(tmp_path):
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(2), embedder=embedder)
+    embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder, limit=1)
+    assert pending_embedding(stores) == 1
+
+    class Other(HashEmbedder):
+        @property
+        def version(self) -> str:
+            return "other-model"
+
+    with pytest.raises(EmbedderMismatch):
+        embed_episodes(stores, settings, RunContext(now=NOW), embedder=Other(384))
+    assert pending_embedding(stores) == 1  # nothing written
