@@ -127,9 +127,10 @@ def text_child(path: str, home: str, arm: str, backend: str, sample: int) -> Non
                  "ingest_cpu_s": round(write_cpu, 3), "embedded_at_ingest": result.embedded,
                  "pending_after_ingest": result.pending_embedding}  # fmt: skip
     if arm == "after":
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         done = embed_episodes(stores, settings, RunContext(), embedder=embedder, limit=sample)
         out["embed_s"] = round(time.perf_counter() - t0, 3)
+        out["embed_cpu_s"] = round(time.process_time() - c0, 3)
         out["embedded"] = done.embedded
     out["load_avg_1m"] = [round(load, 2), round(os.getloadavg()[0], 2)]
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -164,6 +165,8 @@ def text_only(args: argparse.Namespace) -> None:
                                          "after": round(per_after * args.episodes, 1)},
         "texts_per_s": {"before": round(sample / before["ingest_s"], 1),
                         "after": round(after["embedded"] / after["embed_s"], 1)},
+        "texts_per_cpu_s": {"before": round(sample / before["ingest_cpu_s"], 1),
+                            "after": round(after["embedded"] / after["embed_cpu_s"], 1)},
         "note": "projections = per-episode rate on the sample x episodes; not measured on all",
     }, indent=2))  # fmt: skip
 
