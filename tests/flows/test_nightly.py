@@ -75,9 +75,13 @@ def _snapshot(stores) -> dict[str, object]:
 
 
 def test_seed_scenario_end_to_end_and_rerun_changes_nothing(ingest, stores, settings):
-    ingest(_seed_scenario())
+    episodes = _seed_scenario()
+    written = ingest(episodes)
+    assert written.pending_embedding == len(episodes)  # ingest did not wait for the model
     summary = run_nightly(settings, now=NOW)
     assert summary["partitions"] == 1 and summary["skipped"] == 0
+    assert summary["embed"]["embedded"] == len(episodes)  # the nightly's first task
+    assert stores.lance.count("episodes", "vector IS NULL") == 0
     procedural = [
         c
         for c in list_candidates(stores.meta, kind="procedural")
@@ -102,6 +106,7 @@ def test_seed_scenario_end_to_end_and_rerun_changes_nothing(ingest, stores, sett
     before = _snapshot(stores)
     again = run_nightly(settings, now=NOW)
     assert again["skipped"] == again["partitions"] == 1
+    assert again["embed"]["embedded"] == 0
     assert _snapshot(stores) == before
     with stores.meta.connect() as con:
         runs = con.execute("SELECT status, summary FROM runs ORDER BY started_at").fetchall()
