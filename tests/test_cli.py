@@ -103,3 +103,19 @@ def test_every_command_has_help():
     group = get_command(app)
     for name, command in group.commands.items():
         assert command.help, f"{name} has no help text"
+
+
+def test_embed_fills_what_ingest_left_without_a_vector(tmp_path, jsonl):
+    home = tmp_path / "home"
+    first = memctl("ingest", str(jsonl), "--format", "json", home=home)
+    assert json.loads(first.stdout)["pending_embedding"] == 3, first.stderr
+    some = memctl("embed", "--limit", "2", "--format", "json", home=home)
+    assert some.returncode == 0, some.stderr
+    got = json.loads(some.stdout)
+    assert (got["pending_before"], got["embedded"], got["pending_after"]) == (3, 2, 1)
+    rest = json.loads(memctl("embed", "--format", "json", home=home).stdout)
+    assert (rest["embedded"], rest["pending_after"]) == (1, 0)
+    idle = json.loads(memctl("embed", "--format", "json", home=home).stdout)
+    assert idle == {"pending_before": 0, "embedded": 0, "pending_after": 0}
+    bad = memctl("embed", "--limit", "0", home=home)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
