@@ -191,6 +191,7 @@ def ingest_transcripts(
         unchanged=written.unchanged,
         embedded=written.embedded,
         embed_cache_hits=written.embed_cache_hits,
+        pending_embedding=written.pending_embedding,
         redactions=written.redactions,
         claims_without_authority=written.claims_without_authority,
         errors=sessions.errors + [where(e) for e in written.errors],
