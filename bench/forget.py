@@ -40,7 +40,7 @@ from memory_core.context import RunContext
 from memory_core.read.indexes import ensure_fts
 from memory_core.stages.forget import forget_subject, run_forgetting
 from memory_core.stores import open_stores
-from memory_core.stores.layout import regroup, subject_share
+from memory_core.stores.layout import compaction_options, regroup, subject_share
 from memory_core.stores.schemas import schema_for
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
@@ -145,11 +145,13 @@ def floor(home: Path) -> float:
 
 
 def floor_forget(home: Path, subject: str) -> float:
-    """The bare Lance floor of (b): delete the subject's rows, materialize, clean up."""
+    """The bare Lance floor of (b): delete the subject's rows, materialize, clean up; with
+    the table's own fragment target when it has one (a regrouped table, (c))."""
     uri = str(home / "lance" / "episodes.lance")
     t0 = time.perf_counter()
     lance.dataset(uri).delete(f"subject_id = '{subject}'")
-    lance.dataset(uri).optimize.compact_files(materialize_deletions_threshold=0.0)
+    ds = lance.dataset(uri)
+    ds.optimize.compact_files(**compaction_options(ds, {"materialize_deletions_threshold": 0.0}))
     lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0))
     return time.perf_counter() - t0
 
