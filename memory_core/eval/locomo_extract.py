@@ -159,6 +159,7 @@ def evaluate_replayed_extraction(
         rerun = extract_facts(
             home.stores, home.settings, RunContext(now=now), embedder=home.embedder
         )
+        proposal = _proposal(home)  # before compaction, which purges folded turns' facts
         home.consolidate(now=now)
         home.approve_all(now=now)
         home.maintain()
@@ -176,7 +177,8 @@ def evaluate_replayed_extraction(
         n = max(len(episodes), 1)
         return {
             "replay": REPLAY_LABEL,
-            "proposal": _proposal(home),
+            "embedder": home.embedder.version,
+            "proposal": proposal,
             "facts_extracted": first.facts_written,
             "facts_dropped_by_rules": dict(first.dropped),
             "facts_promoted": rows_before.get("facts", 0),

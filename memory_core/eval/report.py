@@ -243,7 +243,9 @@ def _replayed_extraction(ran: dict[str, dict[str, Any]]) -> list[str]:
             rows.append(row)
         out += [
             "", f"## Extraction on {name}: {x['replay']}", "",
-            f"Facts extracted {fmt(x['facts_extracted'])}, promoted {fmt(x['facts_promoted'])}. "
+            (f"Embedder for this section: `{x['embedder']}`. " if x.get("embedder") else "")
+            + f"Facts extracted {fmt(x['facts_extracted'])}, promoted "
+            f"{fmt(x['facts_promoted'])}. "
             f"Proposal rule (min_sessions {rule.get('min_sessions')}, min_episodes "
             f"{rule.get('min_episodes')}, or one self-statement scored >= "
             f"{rule.get('single_statement_min_importance')}): {fmt(prop.get('proposed'))} of "
