@@ -1,9 +1,9 @@
 """Final rows of every table, minus what legitimately differs between two runs of one input.
 
-Run ids, receipt and audit-event ids are fresh uuids and wall-clock timestamps/durations
-differ; everything else (Lance rows, clusters, candidates, evidence, lineage, review batches,
-watermarks' positions, ledger input hashes) must be identical when two runs see the same
-input, config and clock, whichever task runner ran them.
+Run ids, wall-clock timestamps/durations and a receipt's body (a report of its run) differ;
+everything else (Lance rows, clusters, candidates, evidence, lineage, review batches, receipt
+and audit-event ids, watermarks' positions, ledger input hashes) must be identical when two runs
+see the same input, config and clock, whichever task runner ran them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from memory_core.stores.schemas import ID_COLUMN, TABLES
 # Columns holding run ids, uuids or wall-clock times.
 VOLATILE_COLUMNS = {
     "run_id",
-    "event_id",
-    "receipt_id",
     "entry_id",
     "flow_run_id",
     "started_at",
@@ -27,8 +25,10 @@ VOLATILE_COLUMNS = {
     "issued_at",
     "applied_at",
 }
-# Whole tables whose bodies embed run ids, receipt ids or durations (counted instead).
-COUNTED_TABLES = {"runs", "receipts", "audit_log", "schema_version", "llm_ledger"}
+# Whole tables whose rows embed run ids or durations (counted instead).
+COUNTED_TABLES = {"runs", "schema_version", "llm_ledger"}
+# Columns that report what one run did (its run id, its durations), not the state it leaves.
+REPORT_COLUMNS = {"receipts": {"body"}}
 
 
 def snapshot(stores: Stores) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def snapshot(stores: Stores) -> dict[str, Any]:
                     "ORDER BY ordinal_position",
                     [table],
                 ).fetchall()
-                if r[0] not in VOLATILE_COLUMNS
+                if r[0] not in VOLATILE_COLUMNS and r[0] not in REPORT_COLUMNS.get(table, ())
             ]
             select = ", ".join(f'"{c}"' for c in cols)
             rows = con.execute(f"SELECT {select} FROM {table}").fetchall()

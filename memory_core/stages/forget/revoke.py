@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +43,7 @@ from memory_core.models import Candidate, CandidateKind, CandidateStatus
 from memory_core.stages.compact.stage import drop_digest_sources
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
+from memory_core.stores.audit import receipt_id as audit_receipt_id
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.lineage import derived_from
@@ -347,7 +347,7 @@ def revoke_source(
         changes.append(_change(source_id, kind, "revoked", row["status"], "revoked", reason))
     derived = remove_sources(stores, settings, ctx, {source_id}, reason=reason, embedder=embedder)
     changes += derived.changes
-    receipt_id = f"rcpt_{uuid.uuid4().hex[:20]}"
+    receipt_id = audit_receipt_id("revoke", source_id, reason, ctx.now.isoformat())
     counts: dict[str, int] = {}
     for change in changes:
         key = f"{change['kind']}_{change['action']}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +35,7 @@ from memory_core.stages.forget.revoke import revoke_source
 from memory_core.stages.forget.user_deletion import Target, forget
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
-from memory_core.stores.audit import record_audit, store_receipt
+from memory_core.stores.audit import receipt_id, record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.residue import Orchestrator
 from memory_core.stores.schemas import TABLES
@@ -96,7 +95,7 @@ def run_forgetting(
     rewrite_s = stores.meta.rewrite() if expired.deleted or compacted.deleted_ids else None
     t4 = time.perf_counter()
     receipt = {
-        "receipt_id": f"rcpt_{uuid.uuid4().hex[:20]}",
+        "receipt_id": receipt_id("expire", ctx.now.isoformat()),  # one pass per clock
         "kind": "expire",
         "at": ctx.now.isoformat(),
         "run_id": ctx.run_id,
@@ -144,7 +143,7 @@ def end_purpose(
             stores.lance.update(name, where, {"status": "expired", "expires_at": ctx.now})
             expired[name] = count
     receipt = {
-        "receipt_id": f"rcpt_{uuid.uuid4().hex[:20]}",
+        "receipt_id": receipt_id("end_purpose", request_id),
         "kind": "end_purpose",
         "purpose": purpose,
         "tenant_id": tenant_id,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +39,7 @@ from memory_core.stages.forget.purge import text_hashes_of
 from memory_core.stages.forget.revoke import remove_sources
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
+from memory_core.stores.audit import receipt_id as audit_receipt_id
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.maintenance import check_tags, index_health, purge_versions, scan_versions
@@ -272,7 +272,9 @@ def forget(
     marks["verify"] = time.perf_counter()
     names, stamps = list(marks), [t0, *marks.values()]
     seconds = {n: round(stamps[i + 1] - stamps[i], 3) for i, n in enumerate(names)}
-    receipt_id = f"rcpt_{uuid.uuid4().hex[:20]}"
+    # one receipt per request (a rerun after a crash stores it once), or per target and clock
+    action = request_id or [target.tenant_id, target.name, ctx.now.isoformat()]
+    receipt_id = audit_receipt_id(f"forget_{target.kind}", action)
     target_hash = fstore.subject_hash(target.tenant_id, target.name)
     receipt = {
         "receipt_id": receipt_id,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +32,7 @@ from memory_core.stages.staleness.common import (
     with_vectors,
 )
 from memory_core.stores import Stores
+from memory_core.stores.audit import receipt_id as audit_receipt_id
 from memory_core.stores.audit import record_audit, store_receipt
 from memory_core.stores.facts import MemoryTable, episodes_by_ids
 from memory_core.stores.lance import sql_quote
@@ -181,7 +181,9 @@ def revoke_deleted_source(
              "to": kept_row["status"],
              "kept_support": len([p for p in kept if p.get("source_kind", "episode") == "episode"])}
         )  # fmt: skip
-    receipt_id = f"rcpt_{uuid.uuid4().hex[:20]}"
+    receipt_id = audit_receipt_id(
+        "source_deleted", src.source_id, src.revision, ctx.now.isoformat()
+    )
     counts: dict[str, int] = {}
     for change in changes:
         key = f"{change['kind']}_{change['action']}"
