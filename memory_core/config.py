@@ -226,7 +226,7 @@ class ScoreConfig(BaseModel):
     batch_discount: float = Field(default=0.5, ge=0, le=1)
     extract_claims: bool = False
     workflow_text: bool = Field(
-        default=False,
+        default=True,
         description=(
             "Claude words passing procedures (checked against the support), one Message "
             "Batches request each, answers cached by the request's content hash"

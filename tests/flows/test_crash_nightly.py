@@ -52,7 +52,9 @@ KILL_POINTS = [
     "nightly.partitions_done",  # boundary partitions -> score
     "score.cached",  # inside score: answers cached, candidates not updated
     "score.candidates",  # inside score: candidates updated, LLM ledger not written
-    "nightly.scored",  # boundary score -> review
+    "nightly.scored",  # boundary score -> workflow text
+    "workflow.submitted",  # inside workflow text: batch recorded, never polled
+    "workflow.cached",  # inside workflow text: answers cached with their spend, stats not set
     "review.batched",  # inside review: batches written, auto-approved facts not promoted
     "nightly.batched",  # boundary review -> staleness
     "nightly.stale_checked",  # boundary staleness -> run summary and report
