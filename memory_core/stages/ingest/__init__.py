@@ -5,7 +5,8 @@ lines are good (``quarantine=True`` keeps the bad ones aside instead); the same 
 content is a no-op, other content a conflict; secrets are redacted before anything is stored
 or logged; claims made by tools or agents carry no authority (invariant 5).
 
-Modules: ``stage`` (read, embed, write), ``blocks`` (per-block cut, parse, validate, gate),
+Modules: ``stage`` (read, embed, write), ``blocks`` (per-block cut, parse, validate),
+``write_gate`` (redaction and claim authority: what a row becomes before it is stored),
 ``redact`` (the write gate's secret redaction).
 """
 
