@@ -1,8 +1,9 @@
 """The nightly consolidation flow: thin orchestration over memory_core stages.
 
-One task per stage, mapped over scope partitions (tenant, namespace). Tasks take only plain
-values (settings as a dict, partition keys, the clock) and open the stores themselves, so the
-same flow runs on threads, Dask or Ray. The stage ledger makes a rerun skip what is done
+One task per stage; consolidation is mapped over batches of scope partitions (tenant,
+namespace), a few per runner worker. Tasks take only plain values (settings as a dict,
+partition keys, the clock) and open the stores themselves, so the same flow runs on threads,
+Dask or Ray. The stage ledger makes a rerun skip what is done
 (memory_core/stages/stage_ledger.py: the protocol is library code; tasks only call it).
 """
 
@@ -22,14 +23,18 @@ from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.lease import hold as hold_lease
 from memory_core.report import rows_by_status, write_report
-from memory_core.stages.consolidate import STAGE, consolidation_plan
+from memory_core.stages.consolidate import STAGE, PlannedPartition, consolidation_plan
 from memory_core.stages.consolidate import consolidate_partition as consolidate
 from memory_core.stages.stage_ledger import LedgeredWork
 from memory_core.stores import Stores, open_stores
-from memory_core.stores.candidates import list_candidates
+from memory_core.stores.candidates import count_by_status, run_candidate_rows
 from memory_core.stores.ledger import finish_run, start_run
 
 __all__ = ["nightly_consolidation", "run_nightly"]
+
+# Partition batches per runner worker: enough to balance uneven partitions over the workers,
+# few enough that the per-task cost (a Prefect task run, opening the stores) stays small.
+TASKS_PER_WORKER = 2
 
 # What reaches Prefect (artifacts, logs, parameters, results) is ids and counts, never a
 # subject id or memory text: Prefect keeps artifacts in its events too, which no API deletes,
@@ -45,28 +50,51 @@ def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
     return settings, open_stores(settings)
 
 
-@pipeline_task("consolidate-partition")
-def consolidate_partition(
+@pipeline_task("consolidate-partitions")
+def consolidate_partitions(
     *,
     settings_data: dict[str, Any],
-    tenant_id: str,
-    namespace: str,
+    units: list[dict[str, Any]],
     run_id: str,
     now_iso: str,
-    input_hash: str,
-    max_recorded_iso: str | None,
     recluster: bool,
-) -> dict[str, Any]:
-    """Cluster, then mine, for one partition under the stage ledger (stages/consolidate.py)."""
+) -> list[dict[str, Any]]:
+    """Cluster, then mine, for a batch of partitions, each under the stage ledger
+    (stages/consolidate.py): one task run and one store open for the batch, not per partition.
+
+    Each partition still commits and ledgers on its own, so a crash or a retry redoes only the
+    partitions without a ledger entry."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    unit = LedgeredWork(
-        stage=STAGE,
-        partition=Partition(tenant_id, namespace),
-        input_hash=input_hash,
-        watermark_at=datetime.fromisoformat(max_recorded_iso) if max_recorded_iso else None,
-    )
-    return consolidate(stores, settings, ctx, unit, recluster=recluster)
+    results = []
+    for item in units:
+        unit = LedgeredWork(
+            stage=STAGE,
+            partition=Partition(item["tenant_id"], item["namespace"]),
+            input_hash=item["input_hash"],
+            watermark_at=datetime.fromisoformat(item["max_recorded_iso"])
+            if item["max_recorded_iso"]
+            else None,
+        )
+        results.append(consolidate(stores, settings, ctx, unit, recluster=recluster))
+    return results
+
+
+def partition_batches(plan: list[PlannedPartition], tasks: int) -> list[list[int]]:
+    """Plan indices split into at most ``tasks`` batches of about equal new work.
+
+    Largest partitions first onto the lightest batch (LPT), then each batch in plan order: a
+    handful of task runs per worker instead of one per partition, whose fixed cost (a Prefect
+    task run, opening the stores) was paid 100 times at 1M episodes."""
+    tasks = max(1, min(tasks, len(plan)))
+    loads = [0] * tasks
+    batches: list[list[int]] = [[] for _ in range(tasks)]
+    order = sorted(range(len(plan)), key=lambda i: (-plan[i].work.new_episodes, i))
+    for index in order:
+        lightest = min(range(tasks), key=lambda b: (loads[b], b))
+        batches[lightest].append(index)
+        loads[lightest] += max(plan[index].work.new_episodes, 1)
+    return [sorted(b) for b in batches if b]
 
 
 @pipeline_task("embed-episodes")
@@ -251,20 +279,31 @@ def _consolidate(
         logger.warning("%s", extracted["skipped"])
     crash_point("nightly.extracted")
     plan = consolidation_plan(stores, settings, recluster=recluster)
+    batches = partition_batches(plan, TASKS_PER_WORKER * settings.runner.max_workers)
     futures = [
-        consolidate_partition.submit(
+        consolidate_partitions.submit(
             settings_data=settings_data,
-            tenant_id=item.unit.partition.tenant_id,
-            namespace=item.unit.partition.namespace,
+            units=[
+                {
+                    "tenant_id": plan[i].unit.partition.tenant_id,
+                    "namespace": plan[i].unit.partition.namespace,
+                    "input_hash": plan[i].unit.input_hash,
+                    "max_recorded_iso": plan[i].unit.watermark_at.isoformat()
+                    if plan[i].unit.watermark_at
+                    else None,
+                }
+                for i in batch
+            ],
             run_id=ctx.run_id,
             now_iso=now_iso,
-            input_hash=item.unit.input_hash,
-            max_recorded_iso=item.unit.watermark_at.isoformat() if item.unit.watermark_at else None,
             recluster=recluster,
         )
-        for item in plan
+        for batch in batches
     ]
-    results = [f.result() for f in futures]
+    by_index: dict[int, dict[str, Any]] = {}
+    for batch, future in zip(batches, futures, strict=True):
+        by_index.update(zip(batch, future.result(), strict=True))
+    results = [by_index[i] for i in range(len(plan))]
     crash_point("nightly.partitions_done")
     scored = score_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso, sync=sync
@@ -281,15 +320,13 @@ def _consolidate(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
     crash_point("nightly.stale_checked")
-    candidates = list_candidates(stores.meta)
-    by_status: dict[str, int] = {}
-    for cand in candidates:
-        by_status[cand.status.value] = by_status.get(cand.status.value, 0) + 1
-    produced = list_candidates(stores.meta, run_id=ctx.run_id)
+    by_status = count_by_status(stores.meta)
+    produced = run_candidate_rows(stores.meta, ctx.run_id)
     summary: dict[str, Any] = {
         "run_id": ctx.run_id,
         "now": ctx.now.isoformat(),
         "partitions": len(plan),
+        "partition_tasks": len(batches),
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
         "embed": embedded,
@@ -304,18 +341,7 @@ def _consolidate(
     }
     create_table_artifact(
         key="nightly-candidates",
-        table=[
-            {
-                "candidate_id": c.candidate_id,
-                "kind": c.kind.value,
-                "tenant": c.tenant_id,
-                "namespace": c.namespace,
-                "status": c.status.value,
-                "support": len(c.support_ids),
-                "counterexamples": len(c.counterexample_ids),
-            }
-            for c in produced
-        ],
+        table=produced,
         description=CANDIDATES_NOTE,
     )
     create_markdown_artifact(key="nightly-summary", markdown=_summary_markdown(summary))

@@ -87,7 +87,7 @@ def test_dask_processes_match_threads(tmp_path, cluster):
     # the partition and rewrite tasks ran on the cluster's worker processes (the scheduler
     # counts every task that finished there)
     done = {name: p.state_counts["memory"] for name, p in cluster.scheduler.task_prefixes.items()}
-    assert done["consolidate_partition"] == summaries["dask"]["partitions"]
+    assert done["consolidate_partitions"] == summaries["dask"]["partition_tasks"]
     assert done["rewrite_task"] == sum(v["tasks"] for v in compaction.values())
     assert len(cluster.workers) == 2
     # the workers' rewrites were committed with their indices remapped: no index holds

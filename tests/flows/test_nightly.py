@@ -6,8 +6,10 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from flows.nightly import run_nightly
+from flows.nightly import partition_batches, run_nightly
 from memory_core.eval.demo_truth import score_candidates_against_truth
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.schemas import TABLES
@@ -242,3 +244,22 @@ def test_partitions_whose_joined_names_collide_are_both_consolidated(ingest, sto
     scopes = {(c.tenant_id, c.namespace) for c in list_candidates(stores.meta)}
     assert scopes == {("team", "a/b"), ("team/a", "b")}
     assert run_nightly(settings, now=NOW)["skipped"] == 2
+
+
+@given(
+    new=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40),
+    tasks=st.integers(min_value=1, max_value=8),
+)
+def test_partition_batches_cover_the_plan_once(new: list[int], tasks: int) -> None:
+    """Every planned partition lands in exactly one batch; at most ``tasks`` batches, none
+    empty, each in plan order; the largest batch holds at most the lightest one's work plus
+    one partition's (longest-first onto the lightest)."""
+    from types import SimpleNamespace
+
+    plan = [SimpleNamespace(work=SimpleNamespace(new_episodes=n)) for n in new]
+    batches = partition_batches(plan, tasks)  # type: ignore[arg-type]
+    assert sorted(i for b in batches for i in b) == list(range(len(plan)))
+    assert len(batches) <= tasks and all(b == sorted(b) and b for b in batches)
+    if batches:
+        loads = [sum(max(new[i], 1) for i in b) for b in batches]
+        assert max(loads) - min(loads) <= max((max(n, 1) for n in new), default=0)
