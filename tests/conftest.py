@@ -16,8 +16,15 @@ from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stores import Stores, open_stores
+from tests.kit.schedule import assign_groups
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker names the groups in the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Units of work for the xdist workers: tests/kit/schedule.py."""
+    assign_groups(items)
 
 
 @pytest.fixture(autouse=True)

@@ -37,6 +37,9 @@ from tests.kit.prefect import LocalPrefect, local_prefect
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 
+# two units of work for the xdist workers (tests/kit/schedule.py): each builds its own baseline
+XDIST_SPLIT = 2
+
 KILL_POINTS = [
     "nightly.leased",  # boundary: lease taken, nothing written
     "extract.submitted",  # inside extract: batch recorded, never polled
