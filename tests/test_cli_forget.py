@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from memory_core.cli import app
 from tests.conftest import episode
 
 
@@ -39,8 +41,11 @@ def home(tmp_path: Path) -> Path:
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     home = tmp_path / "home"
-    done = memctl("ingest", str(path), "--now", "2026-08-01T00:00:00Z", home=home)
-    assert done.returncode == 0, done.stderr
+    # setup, not the thing tested: the same command in process (the conftest's environment
+    # is the subprocess's: no MEMCTL_* but the hash embedder); the tests run the entry point
+    args = ["ingest", str(path), "--now", "2026-08-01T00:00:00Z", "--home", str(home)]
+    done = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert done.exit_code == 0, done.output
     return home
 
 
