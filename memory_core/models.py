@@ -144,8 +144,6 @@ class Status(StrEnum):
     expired = "expired"
     superseded = "superseded"
     revoked = "revoked"
-    deleted = "deleted"
-    compacted = "compacted"
     stale = "stale"
     contested = "contested"
     deprecated = "deprecated"

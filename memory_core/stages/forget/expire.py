@@ -38,6 +38,7 @@ from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.filters import in_list, sql_quote, ts_literal
 from memory_core.stores.schemas import ID_COLUMN, TABLES
+from memory_core.stores.status_writes import InPlace, write_status
 
 __all__ = [
     "CLASS_OF",
@@ -74,11 +75,10 @@ class ExpireResult:
         }
 
 
-def _update(stores: Stores, name: str, where: str, values: dict[str, Any]) -> int:
-    count = stores.lance.count(name, where)
-    if count:
-        stores.lance.update(name, where, values)
-    return count
+def _expire(stores: Stores, ctx: RunContext, name: str, where: str, **values: Any) -> int:
+    """Active rows of ``name`` matching ``where`` become expired (one update); how many."""
+    change = InPlace(name, where, was=("active",), to="expired", values=values)
+    return write_status(stores, change, at=ctx.now, run_id=ctx.run_id, actor=ctx.actor).rows
 
 
 def _purpose_clauses(settings: Settings, ended: list[tuple[str, str | None]], basis: str,
@@ -120,9 +120,9 @@ def expire_records(stores: Stores, settings: Settings, ctx: RunContext) -> Expir
             for key, value in deleted.control_plane.items():
                 _add(result.control_plane, key, value)
             # 2. expire at once, keeping an earlier own expires_at
-            own = _update(
-                stores, name, f"{scope} AND status = 'active' AND expires_at <= {ts_literal(now)}",
-                {"status": "expired"},
+            own = _expire(
+                stores, ctx, name,
+                f"{scope} AND status = 'active' AND expires_at <= {ts_literal(now)}",
             )  # fmt: skip
             rules = list(purpose)
             if policy.ttl_days is not None:
@@ -131,18 +131,19 @@ def expire_records(stores: Stores, settings: Settings, ctx: RunContext) -> Expir
             ttl = 0
             if rules:
                 where = f"{scope} AND status = 'active' AND ({' OR '.join(rules)})"
-                ttl = _update(stores, name, where, {"status": "expired", "expires_at": now})
-            decayed = _decay(stores, settings, name, ns, scope, now, policy)
+                ttl = _expire(stores, ctx, name, where, expires_at=now)
+            decayed = _decay(stores, settings, ctx, name, ns, scope, policy)
             _add(result.expired, name, own + ttl + decayed)
             if deleted.ids or own or ttl or decayed:
                 result.changed_tables.add(name)
     return result
 
 
-def _decay(stores: Stores, settings: Settings, name: str, ns: str, scope: str, now: datetime,
+def _decay(stores: Stores, settings: Settings, ctx: RunContext, name: str, ns: str, scope: str,
            policy: Any) -> int:  # fmt: skip
     if policy.decay_floor is None and policy.max_per_subject is None:
         return 0
+    now = ctx.now
     id_col = ID_COLUMN[name]
     rows = stores.lance.scan(
         name,
@@ -158,7 +159,7 @@ def _decay(stores: Stores, settings: Settings, name: str, ns: str, scope: str, n
     )  # fmt: skip
     for start in range(0, len(victims), IN_CHUNK):
         where = in_list(id_col, victims[start : start + IN_CHUNK])
-        stores.lance.update(name, where, {"status": "expired", "expires_at": now})
+        _expire(stores, ctx, name, where, expires_at=now)
     return len(victims)
 
 

@@ -32,8 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-
 from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder, make_embedder
@@ -49,6 +47,7 @@ from memory_core.stores.lance import sql_quote
 from memory_core.stores.lineage import derived_from
 from memory_core.stores.llm import delete_cached_scores
 from memory_core.stores.schemas import ID_COLUMN, TABLES
+from memory_core.stores.status_writes import InPlace, RowVersions, write_status
 
 __all__ = ["DerivedChanges", "RevokeResult", "find_record", "remove_sources", "revoke_source"]
 
@@ -228,7 +227,7 @@ def remove_sources(
             _change(derived_id, kind, "revoked" if failure else "sources_removed",
                     row["status"], new["status"], f"{reason}: {failure}" if failure else None)
         )  # fmt: skip
-    _write_rows(stores, updates)
+    _write_rows(stores, ctx, updates)
     cand_changes = _recheck_candidates(stores, settings, out.removed, reason, delete_subject)
     with stores.meta.transaction() as con:
         for derived_id, source_id in lost_edges:
@@ -257,11 +256,13 @@ def _change(rid: str, kind: str, action: str, old: str | None, new: str,
     return change
 
 
-def _write_rows(stores: Stores, updates: dict[str, list[dict[str, Any]]]) -> None:
+def _write_rows(stores: Stores, ctx: RunContext, updates: dict[str, list[dict[str, Any]]]) -> None:
     """One merge_insert commit per table: readers see all of a table's changes or none."""
     for table, rows in updates.items():
-        schema = stores.lance.table(table).schema
-        stores.lance.upsert(table, pa.Table.from_pylist(rows, schema=schema))
+        write_status(
+            stores, RowVersions(table, close=rows, upsert=True), at=ctx.now, run_id=ctx.run_id,
+            actor=ctx.actor,
+        )  # fmt: skip
 
 
 _CALL_STATS = frozenset({"abstract_steps", "observed_steps", "pattern", "support_runs"})
@@ -340,9 +341,11 @@ def revoke_source(
     changes: list[dict[str, Any]] = []
     if found is not None and found[1]["status"] not in WITHDRAWN:
         table, row = found
-        stores.lance.update(
-            table, f"{ID_COLUMN[table]} = {sql_quote(source_id)}", {"status": "revoked"}
-        )
+        where = f"{ID_COLUMN[table]} = {sql_quote(source_id)}"
+        write_status(
+            stores, InPlace(table, where, was=(row["status"],), to="revoked"), at=ctx.now,
+            run_id=ctx.run_id, actor=ctx.actor, reason=reason,
+        )  # fmt: skip
         kind = {v: k for k, v in TABLE_OF_KIND.items()}[table]
         changes.append(_change(source_id, kind, "revoked", row["status"], "revoked", reason))
     derived = remove_sources(stores, settings, ctx, {source_id}, reason=reason, embedder=embedder)

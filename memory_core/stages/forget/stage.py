@@ -39,6 +39,7 @@ from memory_core.stores.audit import receipt_id, record_audit, store_receipt
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.residue import Orchestrator
 from memory_core.stores.schemas import TABLES
+from memory_core.stores.status_writes import InPlace, write_status
 
 __all__ = [
     "carry_out_request",
@@ -138,9 +139,9 @@ def end_purpose(
     for name in TABLES:
         if name not in existing:
             continue
-        count = stores.lance.count(name, where)
+        change = InPlace(name, where, was=("active",), to="expired", values={"expires_at": ctx.now})
+        count = write_status(stores, change, at=ctx.now, run_id=ctx.run_id, actor=ctx.actor).rows
         if count:
-            stores.lance.update(name, where, {"status": "expired", "expires_at": ctx.now})
             expired[name] = count
     receipt = {
         "receipt_id": receipt_id("end_purpose", request_id),

@@ -57,9 +57,10 @@ from memory_core.stages.review.decisions import is_twin
 from memory_core.stages.staleness.canary import unused_version
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
-from memory_core.stores.facts import existing_ids, write_versions
+from memory_core.stores.facts import existing_ids
 from memory_core.stores.lineage import add_edges
 from memory_core.stores.review import set_candidate_outcomes
+from memory_core.stores.status_writes import RowVersions, write_status
 
 __all__ = ["CommitResult", "commit_candidates", "preview_candidates"]
 
@@ -183,7 +184,10 @@ class _Commit:
         closes = list(plan.close.values())
         if self.ctx.dry_run or not (inserts or closes):
             return
-        write_versions(self.stores.lance, plan.table, close=closes, insert=inserts)
+        write_status(
+            self.stores, RowVersions(plan.table, close=closes, insert=inserts),
+            at=self.ctx.now, run_id=self.ctx.run_id, actor=self.ctx.actor,
+        )  # fmt: skip
 
     def outcomes(
         self, plans: Sequence[PromotionPlan]

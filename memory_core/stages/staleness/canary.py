@@ -21,9 +21,10 @@ from memory_core.context import RunContext
 from memory_core.models import stable_id
 from memory_core.stages.promote.supersede import procedure_key, row_hash, superseded_version
 from memory_core.stores import Stores
-from memory_core.stores.facts import rows_by_ids, write_versions
+from memory_core.stores.facts import rows_by_ids
 from memory_core.stores.lineage import Edge, add_edges
 from memory_core.stores.sources import CanaryRow, upsert_canary
+from memory_core.stores.status_writes import RowVersions, write_status
 
 __all__ = ["promote_canary", "register_canary", "unused_version"]
 
@@ -72,7 +73,13 @@ def promote_canary(
         )  # fmt: skip
     promoted["content_hash"] = row_hash("procedures", promoted)
     close.append(promoted)
-    write_versions(stores.lance, "procedures", close=close, insert=insert)
+    write_status(
+        stores,
+        RowVersions("procedures", close=close, insert=insert),
+        at=ctx.now,
+        run_id=ctx.run_id,
+        actor=ctx.actor,
+    )
     with stores.meta.transaction() as con:
         add_edges(con, edges, now=ctx.now)
         upsert_canary(

@@ -19,7 +19,7 @@ from memory_core.stages.mine.counterexamples import wilson_upper_bound as wilson
 from memory_core.stages.promote.supersede import row_hash
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
-from memory_core.stores.facts import MemoryTable, write_versions
+from memory_core.stores.facts import MemoryTable
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.review import (
     BatchRow,
@@ -27,6 +27,7 @@ from memory_core.stores.review import (
     candidates_in_open_batches,
     insert_batches,
 )
+from memory_core.stores.status_writes import RowVersions, write_status
 
 __all__ = [
     "REVIEW_KINDS",
@@ -76,11 +77,17 @@ def with_vectors(
     return [{**r, "vector": vectors.get(r[id_col])} for r in rows]
 
 
-def set_fields(stores: Stores, table: MemoryTable, rows: Iterable[dict[str, Any]]) -> int:
-    """Write changed current rows in place (one commit); their content hash is recomputed."""
+def set_fields(
+    stores: Stores, ctx: RunContext, table: MemoryTable, rows: Iterable[dict[str, Any]]
+) -> int:
+    """Write changed current rows in place (one commit, through the status writer); their
+    content hash is recomputed."""
     changed = [{**r, "content_hash": row_hash(table, r)} for r in rows]
     if changed:
-        write_versions(stores.lance, table, close=changed, insert=[])
+        write_status(
+            stores, RowVersions(table, close=changed), at=ctx.now, run_id=ctx.run_id,
+            actor=ctx.actor,
+        )  # fmt: skip
     return len(changed)
 
 

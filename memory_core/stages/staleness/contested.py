@@ -141,7 +141,7 @@ def detect_contests(stores: Stores, settings: Settings, ctx: RunContext) -> Cont
     if ctx.dry_run:
         return result
     if contested:
-        set_fields(stores, "facts", with_vectors(stores, "facts", contested))
+        set_fields(stores, ctx, "facts", with_vectors(stores, "facts", contested))
         with stores.meta.transaction() as con:
             record_contests(con, evidence, now=ctx.now)
             record_audit(

@@ -35,9 +35,10 @@ from memory_core.stages.staleness.canary import promote_canary, register_canary
 from memory_core.stages.staleness.common import current_rows, queue_batches, wilson_upper
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
-from memory_core.stores.facts import rows_by_ids, write_versions
+from memory_core.stores.facts import rows_by_ids
 from memory_core.stores.lineage import Edge, add_edges
 from memory_core.stores.sources import CanaryRow, upsert_canary
+from memory_core.stores.status_writes import RowVersions, write_status
 
 __all__ = ["OutcomeResult", "judge_procedures", "version_outcomes"]
 
@@ -196,7 +197,13 @@ def _roll_back(
     }
     if ctx.dry_run:
         return receipt
-    write_versions(stores.lance, "procedures", close=close, insert=insert)
+    write_status(
+        stores,
+        RowVersions("procedures", close=close, insert=insert),
+        at=ctx.now,
+        run_id=ctx.run_id,
+        actor=ctx.actor,
+    )
     with stores.meta.transaction() as con:
         add_edges(con, edges, now=now)
         store_receipt(con, receipt_id=receipt_id, kind="procedure_rollback", at=now,

@@ -98,7 +98,7 @@ def apply_source_revisions(stores: Stores, settings: Settings, ctx: RunContext) 
                 reasons[rid] = outdated
                 queue.append((row["tenant_id"], row["namespace"], rid))
         if not ctx.dry_run:
-            set_fields(stores, table, with_vectors(stores, table, changed))
+            set_fields(stores, ctx, table, with_vectors(stores, table, changed))
         result.stale += [r[_ID[table]] for r in changed]
     result.batches = queue_batches(stores, settings, ctx, "revalidate", queue)
     if result.stale and not ctx.dry_run:
@@ -201,7 +201,7 @@ def revoke_deleted_source(
     if ctx.dry_run:
         return receipt
     for table, rows in survivors.items():
-        set_fields(stores, table, rows)
+        set_fields(stores, ctx, table, rows)
     with stores.meta.transaction() as con:
         for derived_id in dropped_edges:
             con.execute(

@@ -95,7 +95,7 @@ def _apply(
         return {"id": record_id, "action": action}
     if approve:
         new = _rebind(stores, row) if kind == "revalidate" else {**row, "status": "active"}
-        set_fields(stores, table, [new])
+        set_fields(stores, ctx, table, [new])
         with stores.meta.transaction() as con:
             if kind == "revalidate":
                 for ref in json.loads(new.get("sources") or "[]"):

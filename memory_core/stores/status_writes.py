@@ -1,0 +1,187 @@
+"""The one writer of record status changes: checked against the lifecycle table, then audited.
+
+Every change of a Lance row's status goes through ``write_status`` (a test scans the package
+for any other writer). A change is one of:
+
+``InPlace``      set ``to`` (and other columns) on every current row a filter selects whose
+                 status is among ``was``: one Lance ``update``, whatever the number of rows
+                 (expiry, revocation of a source);
+``RowVersions``  full rows written in one commit: ``close`` rows update a current row in place
+                 (its status may change: stale, contested, canary -> active) or close its
+                 transaction time; ``insert`` rows are new row versions (created with their
+                 status); ``upsert=True`` replaces rows by id instead (revocation rewrites).
+
+Before anything is written, the stored status of every row the change touches is read (ids and
+status only, one scan) and each (old, new) pair is checked with ``lifecycle.check_transition``:
+an illegal one raises ``IllegalTransition`` and nothing is written. After the write, one audit
+row per call records the transitions counted by (old, new), with an id derived from the table,
+the changed ids and the time, so a rerun of the same change writes the same event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from memory_core.lifecycle import KIND_OF_TABLE, check_transition
+from memory_core.stores import Stores
+from memory_core.stores.audit import record_audit
+from memory_core.stores.facts import write_versions
+from memory_core.stores.filters import in_list
+from memory_core.stores.schemas import ID_COLUMN
+
+__all__ = ["AUDIT_ACTION", "InPlace", "RowVersions", "StatusWrite", "write_status"]
+
+AUDIT_ACTION = "status_change"
+_ID_CHUNK = 5_000  # ids per IN list when reading stored statuses
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """Set ``to`` on the current rows of ``table`` matching ``where`` whose status is in ``was``."""
+
+    table: str
+    where: str
+    was: tuple[str, ...]
+    to: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RowVersions:
+    """Full rows of ``table`` written in one commit (see the module docstring)."""
+
+    table: str
+    close: Sequence[Mapping[str, Any]] = ()
+    insert: Sequence[Mapping[str, Any]] = ()
+    upsert: bool = False
+
+
+@dataclass
+class StatusWrite:
+    """What one call changed: row count and transitions counted as ``"old->new"``."""
+
+    rows: int = 0
+    transitions: dict[str, int] = field(default_factory=dict)
+    event_id: str | None = None
+
+
+def _stored_status(stores: Stores, table: str, ids: Sequence[str]) -> dict[str, str]:
+    id_col = ID_COLUMN[table]
+    out: dict[str, str] = {}
+    for start in range(0, len(ids), _ID_CHUNK):
+        where = in_list(id_col, ids[start : start + _ID_CHUNK])
+        found = stores.lance.scan(table, where=where, columns=[id_col, "status"])
+        for rid, status in zip(
+            found.column(id_col).to_pylist(), found.column("status").to_pylist(), strict=True
+        ):
+            out[rid] = status
+    return out
+
+
+def _plan_in_place(stores: Stores, change: InPlace) -> tuple[str, list[tuple[str, str, str]]]:
+    kind = KIND_OF_TABLE[change.table]
+    id_col = ID_COLUMN[change.table]
+    was = ", ".join(f"'{s}'" for s in sorted(set(change.was)))
+    where = f"({change.where}) AND status IN ({was})"
+    found = stores.lance.scan(change.table, where=where, columns=[id_col, "status"])
+    pairs = list(
+        zip(found.column(id_col).to_pylist(), found.column("status").to_pylist(), strict=True)
+    )
+    for rid, old in pairs:
+        check_transition(kind, rid, old, change.to)
+    return where, [(rid, old, change.to) for rid, old in pairs]
+
+
+def _plan_versions(stores: Stores, change: RowVersions) -> list[tuple[str, str | None, str]]:
+    kind = KIND_OF_TABLE[change.table]
+    id_col = ID_COLUMN[change.table]
+    touched = [*change.close, *change.insert] if change.upsert else list(change.close)
+    stored = _stored_status(stores, change.table, sorted({r[id_col] for r in touched}))
+    out: list[tuple[str, str | None, str]] = []
+    for row in touched:
+        rid, new = row[id_col], row["status"]
+        old = stored.get(rid)
+        closing = not change.upsert and row.get("recorded_to") is not None
+        if closing and old is not None:
+            continue  # transaction time closed: the status stays what it was
+        check_transition(kind, rid, old, new)
+        out.append((rid, old, new))
+    if not change.upsert:
+        for row in change.insert:
+            check_transition(kind, row[id_col], None, row["status"])
+            out.append((row[id_col], None, row["status"]))
+    return out
+
+
+def _write_rows(stores: Stores, change: RowVersions) -> None:
+    if change.upsert:
+        rows = [dict(r) for r in (*change.close, *change.insert)]
+        if rows:
+            schema = stores.lance.table(change.table).schema
+            stores.lance.upsert(change.table, pa.Table.from_pylist(rows, schema=schema))
+        return
+    write_versions(stores.lance, change.table, close=change.close, insert=change.insert)  # type: ignore[arg-type]
+
+
+def _audit(
+    stores: Stores,
+    table: str,
+    changes: list[tuple[str, str | None, str]],
+    *,
+    at: datetime,
+    run_id: str | None,
+    actor: str | None,
+    reason: str | None,
+) -> str | None:
+    moved = [(rid, old, new) for rid, old, new in changes if old != new]
+    if not moved:
+        return None
+    counts = Counter(f"{old or 'new'}->{new}" for _, old, new in moved)
+    digest = hashlib.sha256("\n".join(sorted(f"{r}:{o}:{n}" for r, o, n in moved)).encode())
+    detail: dict[str, Any] = {"kind": KIND_OF_TABLE[table], "ids_sha256": digest.hexdigest()}
+    if reason:
+        detail["reason"] = reason
+    with stores.meta.transaction() as con:
+        event_id = record_audit(
+            con, at=at, action=AUDIT_ACTION, run_id=run_id, actor=actor, target=table,
+            counts=dict(sorted(counts.items())), detail=detail,
+        )  # fmt: skip
+    return event_id
+
+
+def write_status(
+    stores: Stores,
+    change: InPlace | RowVersions,
+    *,
+    at: datetime,
+    run_id: str | None = None,
+    actor: str | None = None,
+    reason: str | None = None,
+) -> StatusWrite:
+    """Check, write and audit one batch of status changes; see the module docstring.
+
+    Raises ``IllegalTransition`` (nothing written) when any row may not take its new status.
+    """
+    if isinstance(change, InPlace):
+        where, changes = _plan_in_place(stores, change)
+        if changes:
+            stores.lance.update(change.table, where, {**change.values, "status": change.to})
+    else:
+        changes = _plan_versions(stores, change)
+        _write_rows(stores, change)
+    result = StatusWrite(rows=len(changes))
+    for _, old, new in changes:
+        if old != new:
+            key = f"{old or 'new'}->{new}"
+            result.transitions[key] = result.transitions.get(key, 0) + 1
+    result.event_id = _audit(
+        stores, change.table, changes, at=at, run_id=run_id, actor=actor, reason=reason
+    )
+    return result
