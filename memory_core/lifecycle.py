@@ -113,11 +113,49 @@ _CANDIDATE = _table(
     {
         None: {_C.pending_score, _C.pending_review, _C.auto_rejected, _C.approved},
         _C.pending_score: {_C.pending_review, _C.auto_rejected, _C.revoked},
-        _C.pending_review: {_C.approved, _C.rejected, _C.promoted, _C.auto_rejected, _C.revoked},
+        _C.pending_review: {
+            _C.approved,
+            _C.rejected,
+            _C.promoted,
+            _C.auto_rejected,
+            _C.revoked,
+            _C.pending_score,  # re-proposed for scoring
+        },
         _C.auto_rejected: {_C.pending_score, _C.revoked},
-        _C.approved: {_C.promoted, _C.auto_rejected, _C.revoked},
+        # committed, refused at commit, or back to the reviewer with a conflict found at commit
+        _C.approved: {_C.promoted, _C.auto_rejected, _C.pending_review, _C.revoked},
         _C.rejected: {_C.revoked},
         _C.promoted: {_C.revoked},
+    }
+)
+
+# Control-plane records (DuckDB). A review batch closes once; a deletion request found
+# unverified after it was done says so; a canary ends promoted or rolled back.
+_REVIEW_BATCH = _table(
+    {
+        None: {"open", "approved"},  # approved: the auto-approved batches of trusted kinds
+        "open": {"approved", "rejected", "mixed", "expired"},
+    }
+)
+_DELETION_REQUEST = _table(
+    {None: {"pending"}, "pending": {"done", "unverified"}, "done": {"unverified"}}
+)
+_CANARY = _table({None: {"running"}, "running": {"promoted", "rolled_back"}})
+# The pipeline's own bookkeeping: Message Batches as last polled, and runs.
+_LLM_BATCH = _table(
+    {
+        None: {"submitted"},
+        "submitted": {"in_progress", "ended", "collected", "lost"},
+        "in_progress": {"ended", "collected", "lost"},
+        "ended": {"collected", "lost"},
+    }
+)
+_RUN = _table(
+    {
+        None: {"running"},
+        "running": {"completed", "failed"},
+        "failed": {"running"},  # the same run id started again
+        "completed": {"running"},
     }
 )
 
@@ -138,6 +176,11 @@ STATUSES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "procedure": tuple(s.value for s in Status if s is not _S.contested),
         "candidate": tuple(s.value for s in CandidateStatus),
+        "review_batch": ("open", "approved", "rejected", "mixed", "expired"),
+        "deletion_request": ("pending", "done", "unverified"),
+        "canary": ("running", "promoted", "rolled_back"),
+        "llm_batch": ("submitted", "in_progress", "ended", "collected", "lost"),
+        "run": ("running", "completed", "failed"),
     }
 )
 
@@ -148,6 +191,11 @@ TRANSITIONS: Mapping[str, Mapping[str | None, frozenset[str]]] = MappingProxyTyp
         "fact": _FACT,
         "procedure": _PROCEDURE,
         "candidate": _CANDIDATE,
+        "review_batch": _REVIEW_BATCH,
+        "deletion_request": _DELETION_REQUEST,
+        "canary": _CANARY,
+        "llm_batch": _LLM_BATCH,
+        "run": _RUN,
     }
 )
 

@@ -35,12 +35,9 @@ __all__ = [
     "CandidateStatus",
     "Claim",
     "ClaimSpec",
-    "Digest",
     "Episode",
-    "Fact",
     "IdStr",
     "Outcome",
-    "Procedure",
     "ProcedureSpec",
     "Provenance",
     "Sensitivity",
@@ -138,7 +135,7 @@ def pitfall_candidate_id(
 
 
 class Status(StrEnum):
-    """Lifecycle of a row in a Lance table agents read."""
+    """Lifecycle of a row in a Lance table agents read (transitions: ``memory_core.lifecycle``)."""
 
     active = "active"
     expired = "expired"
@@ -394,74 +391,3 @@ class Candidate(BaseModel):
                 "counter": sorted(self.counterexample_ids),
             }
         )
-
-
-class _MemoryRow(BaseModel):
-    """Columns every Lance row carries (DESIGN.md section 3)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    tenant_id: str
-    subject_id: str | None
-    namespace: str = "default"
-    status: Status = Status.active
-    valid_from: UtcDatetime
-    valid_to: UtcDatetime | None = None
-    recorded_at: UtcDatetime = Field(default_factory=lambda: datetime.now(UTC))
-    recorded_to: UtcDatetime | None = Field(
-        default=None, description="end of transaction time; None = current knowledge"
-    )
-    expires_at: UtcDatetime | None = None
-    sensitivity: Sensitivity = Sensitivity.low
-    purpose: str | None = None
-    authority: Authority = Authority.none
-    confidence: float = 1.0
-    importance: float | None = None
-    provenance: list[Provenance] = Field(default_factory=list)
-    embedding_version: str = ""
-    policy_version: str = "1"
-    text: str = ""
-    vector: list[float] | None = None
-
-
-class Fact(_MemoryRow):
-    """A semantic memory: (subject, predicate) -> object, valid over a time span."""
-
-    fact_id: str
-    predicate: str
-    object: str
-    conditions: dict[str, str] = Field(default_factory=dict)
-    supersedes: str | None = None
-    superseded_by: str | None = None
-    candidate_id: str | None = None
-    approver: str | None = None
-    sources: list[SourceRef] = Field(default_factory=list)
-
-
-class Procedure(_MemoryRow):
-    """A procedural memory: steps that work under preconditions; only humans approve it."""
-
-    procedure_id: str
-    name: str
-    version: str
-    steps: list[str]
-    preconditions: dict[str, str] = Field(default_factory=dict)
-    effect: str | None = None
-    rollback: str | None = None
-    approver: str | None = None
-    supersedes: str | None = None
-    superseded_by: str | None = None
-    candidate_id: str | None = None
-    sources: list[SourceRef] = Field(default_factory=list)
-
-
-class Digest(_MemoryRow):
-    """Episodes folded per cluster by compaction; lineage keeps every source id and hash."""
-
-    digest_id: str
-    cluster_id: str
-    episode_count: int
-    success_count: int
-    failure_count: int
-    first_at: UtcDatetime
-    last_at: UtcDatetime

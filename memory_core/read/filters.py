@@ -34,6 +34,7 @@ from typing import Any
 
 from memory_core.lifecycle import HISTORICAL, SERVED, STALE
 from memory_core.models import Authority
+from memory_core.stores.filters import ts_literal
 from memory_core.stores.lance import sql_quote
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "FilterSpec",
     "MemoryType",
     "compile_where",
-    "lance_timestamp",
     "scope_where",
     "why_excluded",
 ]
@@ -60,14 +60,6 @@ CLASS_TABLES: dict[MemoryType, tuple[str, ...]] = {
     MemoryType.semantic: ("facts",),
     MemoryType.procedural: ("procedures",),
 }
-
-
-def lance_timestamp(value: datetime) -> str:
-    """A UTC timestamp literal Lance (DataFusion) compares exactly, to the microsecond."""
-    if value.tzinfo is None:
-        msg = f"timestamp {value!r} has no timezone; pass an aware datetime (UTC)"
-        raise ValueError(msg)
-    return "timestamp '" + value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
 
 
 @dataclass(frozen=True)
@@ -136,13 +128,13 @@ def compile_where(spec: FilterSpec, table: str) -> str:
     if spec.known_at is None:
         parts.append("recorded_to IS NULL")
     else:
-        known = lance_timestamp(spec.known_at)
+        known = ts_literal(spec.known_at)
         parts.append(f"recorded_at <= {known}")
         parts.append(f"(recorded_to IS NULL OR recorded_to > {known})")
-    valid = lance_timestamp(spec.valid_at)
+    valid = ts_literal(spec.valid_at)
     parts.append(f"valid_from <= {valid}")
     parts.append(f"(valid_to IS NULL OR valid_to > {valid})")
-    parts.append(f"(expires_at IS NULL OR expires_at > {lance_timestamp(spec.now)})")
+    parts.append(f"(expires_at IS NULL OR expires_at > {ts_literal(spec.now)})")
     if not spec.sensitivity:
         parts.append("false")  # nothing is allowed: say so rather than fall back to anything
     else:

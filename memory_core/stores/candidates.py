@@ -14,8 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_core.lifecycle import check_transition
 from memory_core.models import Candidate, CandidateStatus
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "DECIDED_STATUSES",
@@ -67,6 +69,7 @@ def upsert_candidates(
             chash = cand.content_hash()
             prior = existing.get(cid)
             if prior is None:
+                check_transition("candidate", cid, None, cand.status.value)
                 counts["inserted"] += 1
                 writes.append((cand, chash))
                 continue
@@ -89,6 +92,10 @@ def upsert_candidates(
             writes.append((cand, chash))
         if writes:
             _write(con, writes, run_id=run_id, now=now)
+            moved = {
+                c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
+            }
+            write_status(None, MetaStatuses(con, moved), at=now, run_id=run_id)
     return counts
 
 
@@ -136,9 +143,9 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
     con.register("incoming_evidence", evidence)
     con.execute(
         """INSERT INTO candidates SELECT * FROM incoming_candidates
-        ON CONFLICT (candidate_id) DO UPDATE SET status = excluded.status,
-        body = excluded.body, content_hash = excluded.content_hash,
-        confidence = excluded.confidence, importance = excluded.importance,
+        ON CONFLICT (candidate_id) DO UPDATE SET body = excluded.body,
+        content_hash = excluded.content_hash, confidence = excluded.confidence,
+        importance = excluded.importance,
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
         updated_at = excluded.updated_at"""
     )
@@ -196,14 +203,17 @@ def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:
 def set_candidate_status(
     meta: MetaStore, updates: dict[str, tuple[CandidateStatus, str]], *, now: datetime
 ) -> None:
-    """Set status and reason of several candidates in one transaction."""
+    """Set status (through the lifecycle writer) and reason of several candidates in one
+    transaction."""
     with meta.transaction() as con:
-        for cid, (status, reason) in updates.items():
+        statuses = {cid: status.value for cid, (status, _) in updates.items()}
+        write_status(None, MetaStatuses(con, statuses), at=now)
+        for cid, (_, reason) in updates.items():
             con.execute(
-                """UPDATE candidates SET status = ?, reason = ?, updated_at = ?,
-                body = json_merge_patch(body, json_object('status', ?, 'reason', ?))
+                """UPDATE candidates SET reason = ?, updated_at = ?,
+                body = json_merge_patch(body, json_object('reason', ?))
                 WHERE candidate_id = ?""",
-                [status.value, reason, now, status.value, reason, cid],
+                [reason, now, reason, cid],
             )
 
 
@@ -222,19 +232,16 @@ def set_candidate_scores(
     if not scores:
         return
     with meta.transaction() as con:
-        rows: list[tuple[str, Any, Any, str, str]] = []
+        statuses = {cid: s["status"] for cid, s in scores.items() if "status" in s}
+        write_status(None, MetaStatuses(con, statuses), at=now)
+        rows: list[tuple[str, Any, Any, str]] = []
         for cid, raw in _bodies(con, list(scores)):
             score = scores[cid]
             body = json.loads(raw)
             body["importance"] = score.get("importance")
             body["scorer"] = score.get("scorer")
-            if "status" in score:
-                body["status"] = score["status"]
             body["stats"] = {**body.get("stats", {}), **score.get("stats", {})}
-            rows.append(
-                (cid, body["importance"], body["scorer"], body["status"],
-                 json.dumps(body, sort_keys=True))
-            )  # fmt: skip
+            rows.append((cid, body["importance"], body["scorer"], json.dumps(body, sort_keys=True)))
         if not rows:
             return
         incoming = pa.table(
@@ -242,15 +249,14 @@ def set_candidate_scores(
                 "candidate_id": pa.array([r[0] for r in rows], pa.string()),
                 "importance": pa.array([r[1] for r in rows], pa.float64()),
                 "scorer": pa.array([r[2] for r in rows], pa.string()),
-                "status": pa.array([r[3] for r in rows], pa.string()),
-                "body": pa.array([r[4] for r in rows], pa.string()),
+                "body": pa.array([r[3] for r in rows], pa.string()),
             }
         )
         con.register("incoming_scores", incoming)
         try:
             con.execute(
                 """UPDATE candidates SET importance = s.importance, scorer = s.scorer,
-                status = s.status, body = s.body, updated_at = ?
+                body = s.body, updated_at = ?
                 FROM incoming_scores s WHERE candidates.candidate_id = s.candidate_id""",
                 [now],
             )

@@ -14,6 +14,7 @@ import duckdb
 
 from memory_core.models import Candidate
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "candidates_citing",
@@ -64,15 +65,18 @@ def candidates_citing(
 def rewrite_candidates(
     con: duckdb.DuckDBPyConnection, changed: Iterable[Candidate], *, now: datetime
 ) -> int:
-    """Store re-checked candidates (body, status, evidence) inside the caller's transaction."""
+    """Store re-checked candidates (body, status, evidence) inside the caller's transaction;
+    the status through the lifecycle writer (checked and audited)."""
+    changed = list(changed)
+    statuses = {c.candidate_id: c.status.value for c in changed}
+    write_status(None, MetaStatuses(con, statuses), at=now)
     count = 0
     for cand in changed:
         body = json.dumps(cand.model_dump(mode="json"), sort_keys=True)
         con.execute(
-            """UPDATE candidates SET status = ?, reason = ?, body = ?, content_hash = ?,
+            """UPDATE candidates SET reason = ?, body = ?, content_hash = ?,
             confidence = ?, updated_at = ? WHERE candidate_id = ?""",
             [
-                cand.status.value,
                 cand.reason,
                 body,
                 cand.content_hash(),

@@ -32,7 +32,7 @@ def ts_literal(value: datetime) -> str:
     "TIMESTAMP '2026-07-05T00:00:00.000000Z'"
     """
     if value.tzinfo is None:
-        msg = "Lance timestamp filters need timezone-aware datetimes"
+        msg = f"Lance timestamp filters need timezone-aware datetimes, got {value!r} (no timezone)"
         raise ValueError(msg)
     text = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return f"TIMESTAMP '{text}'"

@@ -42,6 +42,7 @@ from memory_core.stores.derived import (
     subject_sources,
 )
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "SUBJECT_TABLES",
@@ -220,10 +221,12 @@ def finish_request(
     target: str | None = None,
 ) -> None:
     """Close a request (inside the caller's transaction); ``target`` replaces the clear one."""
+    closed = MetaStatuses(con, {request_id: status}, table="deletion_requests")
+    write_status(None, closed, at=done_at)
     con.execute(
-        "UPDATE deletion_requests SET status = ?, done_at = ?, receipt_id = ?, "
+        "UPDATE deletion_requests SET done_at = ?, receipt_id = ?, "
         "target = coalesce(?, target) WHERE request_id = ?",
-        [status, done_at, receipt_id, target, request_id],
+        [done_at, receipt_id, target, request_id],
     )
 
 

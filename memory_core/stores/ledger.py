@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "finish_run",
@@ -33,9 +34,10 @@ def start_run(
     params: dict[str, Any],
 ) -> None:
     with meta.transaction() as con:
+        write_status(None, MetaStatuses(con, {run_id: "running"}, table="runs"), at=started_at)
         con.execute(
             """INSERT INTO runs VALUES (?, ?, ?, NULL, 'running', ?, ?, NULL)
-            ON CONFLICT (run_id) DO UPDATE SET status = 'running'""",
+            ON CONFLICT (run_id) DO NOTHING""",
             [run_id, flow, started_at, clock, json.dumps(params, default=str, sort_keys=True)],
         )
 
@@ -44,9 +46,10 @@ def finish_run(
     meta: MetaStore, *, run_id: str, finished_at: datetime, status: str, summary: dict[str, Any]
 ) -> None:
     with meta.transaction() as con:
+        write_status(None, MetaStatuses(con, {run_id: status}, table="runs"), at=finished_at)
         con.execute(
-            "UPDATE runs SET finished_at = ?, status = ?, summary = ? WHERE run_id = ?",
-            [finished_at, status, json.dumps(summary, default=str, sort_keys=True), run_id],
+            "UPDATE runs SET finished_at = ?, summary = ? WHERE run_id = ?",
+            [finished_at, json.dumps(summary, default=str, sort_keys=True), run_id],
         )
 
 

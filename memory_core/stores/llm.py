@@ -21,13 +21,17 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "BatchItem",
@@ -275,11 +279,22 @@ def set_batch_status(
     collected_at: datetime | None = None,
 ) -> None:
     with meta.transaction() as con:
+        change = MetaStatuses(con, {batch_id: status.value}, table="llm_batches")
+        write_status(None, change, at=collected_at or ended_at or datetime.now(UTC))
         con.execute(
-            """UPDATE llm_batches SET status = ?, ended_at = coalesce(?, ended_at),
+            """UPDATE llm_batches SET ended_at = coalesce(?, ended_at),
             collected_at = coalesce(?, collected_at) WHERE batch_id = ?""",
-            [status.value, ended_at, collected_at, batch_id],
+            [ended_at, collected_at, batch_id],
         )
+
+
+def _collected(con: duckdb.DuckDBPyConnection, batch_ids: list[str], now: datetime) -> None:
+    collected = {b: BatchStatus.collected.value for b in batch_ids}
+    write_status(None, MetaStatuses(con, collected, table="llm_batches"), at=now)
+    con.execute(
+        "UPDATE llm_batches SET collected_at = ? WHERE list_contains(?, batch_id)",
+        [now, batch_ids],
+    )
 
 
 # -- ledger ------------------------------------------------------------------------------------
@@ -328,11 +343,7 @@ def record_ledger(
                 "INSERT INTO llm_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
         if done:
-            con.execute(
-                """UPDATE llm_batches SET status = ?, collected_at = ?
-                WHERE list_contains(?, batch_id)""",
-                [BatchStatus.collected.value, now, done],
-            )
+            _collected(con, done, now)
     return len(rows)
 
 
@@ -374,11 +385,7 @@ def record_answers_and_spend(
                 "INSERT INTO llm_ledger VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
             )
         if done:
-            con.execute(
-                """UPDATE llm_batches SET status = ?, collected_at = ?
-                WHERE list_contains(?, batch_id)""",
-                [BatchStatus.collected.value, now, done],
-            )
+            _collected(con, done, now)
 
 
 def invalid_answers(meta: MetaStore, purpose: str) -> Counter[str]:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from memory_core.models import Candidate, CandidateStatus
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "BatchRow",
@@ -233,9 +234,10 @@ def expire_batches(
             "WHERE batch_id = ? AND decision IS NULL",
             [now, batch.batch_id],
         )
+        expired = MetaStatuses(con, {batch.batch_id: "expired"}, table="review_batches")
+        write_status(None, expired, at=now)
         con.execute(
-            "UPDATE review_batches SET status = 'expired', decided_at = ? WHERE batch_id = ?",
-            [now, batch.batch_id],
+            "UPDATE review_batches SET decided_at = ? WHERE batch_id = ?", [now, batch.batch_id]
         )
         out.append((batch, returned))
     return out
@@ -334,10 +336,12 @@ def set_batch_status(
         ).fetchall()
     ]
     status = batch_status_from(decisions)
+    decided = MetaStatuses(con, {batch_id: status.value}, table="review_batches")
+    write_status(None, decided, at=now, actor=reviewer)
     con.execute(
-        "UPDATE review_batches SET status = ?, decided_at = ?, reviewer = ?, "
+        "UPDATE review_batches SET decided_at = ?, reviewer = ?, "
         "reason = coalesce(?, reason) WHERE batch_id = ?",
-        [status.value, now, reviewer, reason or None, batch_id],
+        [now, reviewer, reason or None, batch_id],
     )
     return status
 
@@ -381,23 +385,27 @@ def set_candidate_outcomes(
     *,
     now: datetime,
 ) -> None:
-    """Status, reason and stats to merge, per candidate, inside the caller's transaction."""
+    """Status, reason and stats to merge, per candidate, inside the caller's transaction.
+
+    The status goes through the lifecycle writer (checked, audited) before the rest is written.
+    """
     if not outcomes:
         return
+    statuses = {cid: status.value for cid, (status, _, _) in outcomes.items()}
+    write_status(None, MetaStatuses(con, statuses), at=now)
     rows = con.execute(
         "SELECT candidate_id, body FROM candidates WHERE list_contains(?, candidate_id)",
         [sorted(outcomes)],
     ).fetchall()
     updates = []
     for cid, raw in rows:
-        status, reason, stats = outcomes[cid]
+        _, reason, stats = outcomes[cid]
         body = json.loads(raw)
-        body["status"] = status.value
         body["reason"] = reason
         body["stats"] = {**body.get("stats", {}), **dict(stats)}
         updates.append(
             {
-                "candidate_id": cid, "status": status.value, "reason": reason,
+                "candidate_id": cid, "reason": reason,
                 "body": json.dumps(body, sort_keys=True, default=str),
                 "updated_at": now,
             }
@@ -406,7 +414,7 @@ def set_candidate_outcomes(
         return
     _with(
         con, "_outcomes", pa.Table.from_pylist(updates),
-        "UPDATE candidates SET status = o.status, reason = o.reason, body = o.body, "
+        "UPDATE candidates SET reason = o.reason, body = o.body, "
         "updated_at = o.updated_at FROM _outcomes o "
         "WHERE candidates.candidate_id = o.candidate_id",
     )  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 
 from memory_core.stores.meta import MetaStore
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "CanaryRow",
@@ -167,9 +168,13 @@ def canaries(meta: MetaStore, *, status: str | None = None) -> list[CanaryRow]:
 
 
 def upsert_canary(con: duckdb.DuckDBPyConnection, row: CanaryRow) -> None:
+    """Register a canary (created ``running``) or record its outcome; the status of an
+    existing one changes through the lifecycle writer."""
+    at = row.decided_at or row.started_at
+    write_status(None, MetaStatuses(con, {row.procedure_id: row.status}, table="canaries"), at=at)
     con.execute(
         "INSERT INTO canaries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (procedure_id) DO UPDATE SET status = excluded.status, "
+        "ON CONFLICT (procedure_id) DO UPDATE SET "
         "decided_at = excluded.decided_at, detail = excluded.detail",
         [
             row.procedure_id, row.tenant_id, row.namespace, row.name, row.version,

@@ -45,6 +45,7 @@ from memory_core.stores.lance import sql_quote
 from memory_core.stores.maintenance import check_tags, index_health, purge_versions, scan_versions
 from memory_core.stores.residue import Needles, Orchestrator, scan_home, scrub_product_inputs
 from memory_core.stores.schemas import ID_COLUMN, TABLES
+from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = ["Target", "forget"]
 
@@ -356,10 +357,8 @@ def _verify_bytes(stores: Stores, settings: Settings, receipt: dict[str, Any], n
             [receipt["receipt_id"], receipt["kind"], receipt["receipt_id"]],
         )
         if request_id is not None:
-            con.execute(
-                "UPDATE deletion_requests SET status = 'unverified' WHERE request_id = ?",
-                [request_id],
-            )
+            unverified = MetaStatuses(con, {request_id: "unverified"}, table="deletion_requests")
+            write_status(None, unverified, at=datetime.fromisoformat(receipt["at"]))
 
 
 def _name_elsewhere(stores: Stores, tenant_id: str | None, names: tuple[str, ...]) -> bool:
