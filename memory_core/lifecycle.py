@@ -7,6 +7,9 @@ rewrite that keeps the status, such as dropping a revoked source from a fact's p
 The one writer of status changes, ``memory_core.stores.status_writes.write_status``, checks
 every change against this table before it writes anything and raises ``IllegalTransition``.
 
+Stage-ledger entries are created ``done`` and never change (a crashed stage leaves none), so
+they have no row here; review items carry a decision, not a status.
+
 Lance rows (``models.Status``): a record changes status in place (same id: stale, contested,
 expired, revoked, canary -> active) or gets a new row version (new id, created ``superseded``
 or ``deprecated`` as history, ``active`` for a restored or corrected one); closing a row's
