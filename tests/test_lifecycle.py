@@ -90,6 +90,7 @@ _OTHER_ROW_WRITERS = {
     "memory_core/stores/facts.py:write_versions": "the merge primitive write_status uses",
     "memory_core/stores/lance.py:upsert": "the primitive",
     "memory_core/stores/lance.py:insert_new": "appends new rows (created)",
+    "memory_core/stores/lance.py:fill_vectors": "vector and embedding_version columns only",
 }
 
 
