@@ -65,7 +65,7 @@ def consolidation_plan(
             stage=STAGE,
             partition=part,
             input_hash=work.input_hash(key + facts),
-            watermark_at=work.max_recorded_at,
+            watermark_at=work.watermark_to,
         )
         planned.append(PlannedPartition(work=work, unit=unit))
     return planned

@@ -1,9 +1,18 @@
-"""Scope partitions and what is new in each since its watermark."""
+"""Scope partitions and what is new in each since its watermark.
+
+An episode stored without a vector (``stages/embed`` fills it later) is skipped by clustering,
+so a partition's watermark must not pass it: :attr:`PartitionWork.watermark_to` stops just
+before the partition's earliest unembedded episode, and the input hash counts the unembedded
+ones. Once the embed task has filled them the partition is new again (its hash changed, the
+episode lies past the watermark) and the next night clusters them, whether or not the
+partition got other episodes. This holds however the episode came to lack a vector (a save
+between the nightly's embed task and its planning, an embed run with ``--limit``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
@@ -26,17 +35,30 @@ class PartitionWork:
     new_episodes: int
     max_recorded_at: datetime | None
     watermark: datetime | None
+    unembedded: int = 0
+    earliest_unembedded_at: datetime | None = None
+
+    @property
+    def watermark_to(self) -> datetime | None:
+        """How far the work may move the watermark: the newest episode, or just before the
+        earliest one still waiting for its vector (clustering skipped it)."""
+        if self.earliest_unembedded_at is None:
+            return self.max_recorded_at
+        before = self.earliest_unembedded_at - timedelta(microseconds=1)
+        return before if self.max_recorded_at is None else min(self.max_recorded_at, before)
 
     def input_hash(self, config_key: str) -> str:
-        """Changes when the partition's input or the relevant config changes."""
-        return content_hash(
-            [
-                [self.partition.tenant_id, self.partition.namespace],
-                self.episodes,
-                str(self.max_recorded_at),
-                config_key,
-            ]
-        )
+        """Changes when the partition's input or the relevant config changes, and when its
+        unembedded episodes get their vectors (fully embedded partitions hash as before)."""
+        parts: list[object] = [
+            [self.partition.tenant_id, self.partition.namespace],
+            self.episodes,
+            str(self.max_recorded_at),
+            config_key,
+        ]
+        if self.unembedded:
+            parts.append(["unembedded", self.unembedded])
+        return content_hash(parts)
 
 
 def plan_partitions(stores: Stores) -> list[PartitionWork]:
@@ -72,14 +94,43 @@ def plan_partitions(stores: Stores) -> list[PartitionWork]:
         )
         .sort("tenant_id", "namespace")
     )
-    work = [
-        PartitionWork(
-            partition=Partition(row["tenant_id"], row["namespace"]),
-            episodes=row["n"],
-            new_episodes=row["new"],
-            max_recorded_at=row["max_rec"],
-            watermark=marks.get((row["tenant_id"], row["namespace"])),
+    pending = _unembedded(stores)
+    work = []
+    for row in grouped.iter_rows(named=True):
+        key = (row["tenant_id"], row["namespace"])
+        unembedded, earliest = pending.get(key, (0, None))
+        work.append(
+            PartitionWork(
+                partition=Partition(*key),
+                episodes=row["n"],
+                new_episodes=row["new"],
+                max_recorded_at=row["max_rec"],
+                watermark=marks.get(key),
+                unembedded=unembedded,
+                earliest_unembedded_at=earliest,
+            )
         )
-        for row in grouped.iter_rows(named=True)
-    ]
     return work
+
+
+def _unembedded(stores: Stores) -> dict[tuple[str, str], tuple[int, datetime | None]]:
+    """Per partition: how many active episodes have no vector yet, and the earliest one's
+    transaction time. Read after the embed task, so normally empty (the same filter the
+    nightly's embed task counts by)."""
+    table = stores.lance.scan(
+        "episodes",
+        columns=["tenant_id", "namespace", "recorded_at"],
+        where="status = 'active' AND vector IS NULL",
+    )
+    if table.num_rows == 0:
+        return {}
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    grouped = frame.group_by("tenant_id", "namespace").agg(
+        pl.len().alias("n"),
+        pl.col("recorded_at").dt.convert_time_zone("UTC").min().alias("first"),
+    )
+    return {
+        (row["tenant_id"], row["namespace"]): (row["n"], row["first"])
+        for row in grouped.iter_rows(named=True)
+    }

@@ -5,7 +5,7 @@ embedded episodes. Real Lance and DuckDB on tmp dirs, the hash embedder."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,13 +13,16 @@ from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.errors import EmbedderMismatch
+from memory_core.models import content_hash
 from memory_core.read.indexes import ensure_fts
 from memory_core.recall import Recaller
-from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.cluster import cluster_partition, list_clusters
+from memory_core.stages.consolidate import STAGE, consolidate_partition, consolidation_plan
 from memory_core.stages.embed import embed_episodes, pending_embedding
 from memory_core.stages.ingest import ingest_records
-from memory_core.stages.partitions import Partition
+from memory_core.stages.partitions import Partition, plan_partitions
 from memory_core.stores import open_stores
+from memory_core.stores.ledger import get_watermarks
 from tests.conftest import episode, lines_of
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
@@ -171,3 +174,62 @@ def test_embed_refuses_another_models_home(tmp_path):
     with pytest.raises(EmbedderMismatch):
         embed_episodes(stores, settings, RunContext(now=NOW), embedder=Other(384))
     assert pending_embedding(stores) == 1  # nothing written
+
+
+def _consolidate(stores, settings, now: datetime) -> list[dict]:
+    """One night's consolidation through the library (plan, then cluster+mine per partition)."""
+    ctx = RunContext(now=now, run_id=f"run_{now:%H%M}")
+    plan = consolidation_plan(stores, settings, recluster=False)
+    return [consolidate_partition(stores, settings, ctx, p.unit, recluster=False) for p in plan]
+
+
+def _members(stores) -> set[str]:
+    return {m for c in list_clusters(stores.meta, "acme") for m in c["member_ids"]}
+
+
+def test_watermark_stops_before_an_episode_saved_between_embed_and_clustering(tmp_path):
+    """A save after the night's embed task, before its planning, lands without a vector:
+    clustering skips it, and the watermark must not pass it. The next night embeds it and
+    clusters it although the partition got no other episode; the night after skips."""
+    settings, stores, embedder = _home(tmp_path)
+    t0, t1 = NOW, NOW + timedelta(hours=1)
+    ingest_records(stores, settings, RunContext(now=t0), _episodes(), embedder=embedder)
+    embed_episodes(stores, settings, RunContext(now=t0), embedder=embedder)  # the night's embed
+    late = lines_of(episode(episode_id="late", goal="printer jam number 2", text="zanzibar2 again"))
+    ingest_records(stores, settings, RunContext(now=t1), late, embedder=embedder)  # the MCP save
+    assert pending_embedding(stores) == 1
+
+    (night1,) = _consolidate(stores, settings, t1)  # planning and clustering after the save
+    assert night1["skipped"] is False and night1["cluster"]["new_members"] == 6
+    assert "late" not in _members(stores)
+    (mark,) = get_watermarks(stores.meta, stage=STAGE).values()
+    assert t0 <= mark.astimezone(UTC) < t1  # not past the unembedded episode
+    (work,) = plan_partitions(stores)
+    assert work.new_episodes == 1 and work.unembedded == 1
+
+    t2 = NOW + timedelta(days=1)
+    embed_episodes(stores, settings, RunContext(now=t2), embedder=embedder)  # next night
+    (night2,) = _consolidate(stores, settings, t2)
+    assert night2["skipped"] is False and night2["cluster"]["new_members"] == 1
+    assert "late" in _members(stores)
+    (mark,) = get_watermarks(stores.meta, stage=STAGE).values()
+    assert mark.astimezone(UTC) == t1
+
+    (night3,) = _consolidate(stores, settings, t2 + timedelta(days=1))  # still incremental
+    assert night3 == {"partition": Partition("acme", "it").key, "skipped": True}
+    assert [w.new_episodes for w in plan_partitions(stores)] == [0]
+
+
+def test_fully_embedded_partitions_keep_their_input_hash(tmp_path):
+    """The unembedded count joins a partition's input hash only while it is non-zero, so a
+    home without pending vectors plans exactly as before (no re-consolidation on upgrade)."""
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    (pending,) = plan_partitions(stores)
+    embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    (work,) = plan_partitions(stores)
+    assert (pending.unembedded, work.unembedded) == (6, 0)
+    assert pending.watermark_to == NOW - timedelta(microseconds=1)
+    assert work.watermark_to == work.max_recorded_at == NOW
+    expected = content_hash([["acme", "it"], 6, str(NOW), "k"])
+    assert work.input_hash("k") == expected != pending.input_hash("k")
