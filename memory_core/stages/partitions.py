@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+import pyarrow.compute as pc
 
 from memory_core.context import Partition
 from memory_core.models import content_hash
@@ -115,13 +116,19 @@ def plan_partitions(stores: Stores) -> list[PartitionWork]:
 
 def _unembedded(stores: Stores) -> dict[tuple[str, str], tuple[int, datetime | None]]:
     """Per partition: how many active episodes have no vector yet, and the earliest one's
-    transaction time. Read after the embed task, so normally empty (the same filter the
-    nightly's embed task counts by)."""
+    transaction time. Read after the embed task, so normally empty.
+
+    Every writer leaves ``embedding_version`` empty where it leaves the vector null (ingest,
+    compaction; ``fill_vectors`` sets both), so the filter reads that small column and fetches
+    vectors only for its matches: a ``vector IS NULL`` filter reads every vector (1M rows:
+    ~1-2 s against ~0.08 s, load ~9). The vector's own null decides."""
     table = stores.lance.scan(
         "episodes",
-        columns=["tenant_id", "namespace", "recorded_at"],
-        where="status = 'active' AND vector IS NULL",
+        columns=["tenant_id", "namespace", "recorded_at", "vector"],
+        where="status = 'active' AND embedding_version = ''",
     )
+    if table.num_rows:
+        table = table.filter(pc.is_null(table.column("vector"))).drop_columns(["vector"])
     if table.num_rows == 0:
         return {}
     frame = pl.from_arrow(table)
