@@ -20,6 +20,7 @@ from memory_core.report import collect_report, report_path, rows_by_status, writ
 from memory_core.report.render import render_html
 from memory_core.report.svg import stacked_bars
 from memory_core.stages.cluster import cluster_partition
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.forget import run_forgetting
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.partitions import plan_partitions
@@ -55,11 +56,12 @@ class _Checker(HTMLParser):
             self.h2.append(data)
 
 
-def _nightly(stores, settings, run_id, now):
+def _nightly(stores, settings, run_id, now, embedder):
     """What the nightly flow records, without Prefect: stages, then the run's summary."""
     start_run(stores.meta, run_id=run_id, flow="nightly-consolidation", started_at=now,
               clock=now, params={})  # fmt: skip
     ctx = RunContext(now=now, run_id=run_id)
+    embed_episodes(stores, settings, ctx, embedder=embedder)  # the nightly's first task
     results = []
     for work in plan_partitions(stores):
         c = cluster_partition(stores, settings.cluster, ctx, work.partition)
@@ -77,20 +79,20 @@ def _nightly(stores, settings, run_id, now):
 
 
 @pytest.fixture
-def history(ingest, stores, settings):
+def history(ingest, stores, settings, embedder):
     ok = [
         episode(episode_id=f"ok{i}", subject_id=f"u{i}", occurred_at=f"2026-06-0{i + 1}T10:00:00Z")
         for i in range(4)
     ]
     ingest(lines_of(*ok))
-    first = _nightly(stores, settings, "run_aaaa1111", NOW)
+    first = _nightly(stores, settings, "run_aaaa1111", NOW, embedder)
     ingest(
         lines_of(episode(episode_id="late", subject_id="u9", occurred_at="2026-07-30T10:00:00Z"))
     )
     record_ledger(stores.meta, [LedgerEntry(run_id="run_bbbb2222", logged_at=NOW, mode="batch",
                                             requests=12, input_tokens=9000, output_tokens=1200,
                                             cache_read_tokens=4000, cost_usd=0.0123)])  # fmt: skip
-    second = _nightly(stores, settings, "run_bbbb2222", NOW + timedelta(days=1))
+    second = _nightly(stores, settings, "run_bbbb2222", NOW + timedelta(days=1), embedder)
     receipt = run_forgetting(stores, settings, RunContext(now=NOW + timedelta(days=40)))
     return first, second, receipt
 
