@@ -195,9 +195,19 @@ def _summary_markdown(summary: dict[str, Any]) -> str:
             continue
         lines.append(
             f"| {part['partition']} | {part['cluster'].get('new_members')} | "
-            f"{part['cluster'].get('total_clusters')} | {part['mine'].get('candidates')} |"
+            f"{part['cluster'].get('total_clusters')} | {_mined_candidates(part['mine'])} |"
         )
     return "\n".join(lines)
+
+
+_MINED_KINDS = ("procedural", "insights", "pitfalls", "preferences")
+
+
+def _mined_candidates(mine: dict[str, Any]) -> int | str:
+    """Candidates mined in the partition: every kind MiningResult counts (procedural ones
+    whether they passed the gate or not); blank when the mine result carries no counts."""
+    counts = [mine[k] for k in _MINED_KINDS if isinstance(mine.get(k), int)]
+    return sum(counts) if counts else ""
 
 
 @flow(

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -21,12 +22,7 @@ from memory_core.cli_support import (
     OutputFormat,
     _state,
     emit,
-    open_all,
-    parse_now,
-    prefect_env,
-    settings_for,
 )
-from memory_core.context import RunContext
 from memory_core.errors import MemoryCoreError
 from memory_core.orchestration import orchestrator
 
@@ -72,8 +68,8 @@ def init(
     from memory_core.embed import make_embedder
     from memory_core.stores.meta import latest_schema_version
 
-    settings = settings_for(home, config)
-    stores = open_all(settings)
+    cmd = command_context(home, config)
+    settings, stores = cmd.settings, cmd.stores
     embedder = make_embedder(settings.embed)
     created = stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
     emit(
@@ -126,9 +122,8 @@ def ingest(
         choices = ", ".join(f.value for f in TranscriptFormat)
         msg = f"--from must be one of {choices}, got {source_format!r}"
         raise typer.BadParameter(msg, param_hint="--from") from None
-    settings = settings_for(home, config)
-    stores = open_all(settings)
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    settings, stores, ctx = cmd.settings, cmd.stores, cmd.run()
     if transcript is not TranscriptFormat.episodes:
         from memory_core.cli_progress import byte_bar
         from memory_core.transcripts.ingest import ingest_transcripts
@@ -166,9 +161,8 @@ def embed(
     from memory_core.embed import make_embedder
     from memory_core.stages.embed import embed_episodes, pending_embedding
 
-    settings = settings_for(home, config)
-    stores = open_all(settings)
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    settings, stores, ctx = cmd.settings, cmd.stores, cmd.run()
     if not pending_embedding(stores):  # nothing to do: no model load
         emit({"pending_before": 0, "embedded": 0, "pending_after": 0}, fmt)
         return
@@ -186,8 +180,7 @@ def status(
     """Row counts per table and status, and the last runs."""
     from memory_core.status import collect_status
 
-    settings = settings_for(home, config)
-    emit(collect_status(open_all(settings)), fmt)
+    emit(collect_status(command_context(home, config).stores), fmt)
 
 
 @app.command()
@@ -201,9 +194,9 @@ def consolidate(
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Run the nightly consolidation flow once, through Prefect."""
-    settings = settings_for(home, config)
-    prefect_env(settings)
-    summary = orchestrator().run_nightly(settings, now=parse_now(now), recluster=recluster)
+    cmd = command_context(home, config, now)
+    settings = cmd.prefect()
+    summary = orchestrator().run_nightly(settings, now=cmd.clock, recluster=recluster)
     emit(summary, fmt)
 
 
@@ -224,7 +217,7 @@ def candidates(
     if status_filter is not None and status_filter not in CandidateStatus.__members__:
         msg = f"--status must be one of {', '.join(CandidateStatus.__members__)}"
         raise typer.BadParameter(msg)
-    stores = open_all(settings_for(home, config))
+    stores = command_context(home, config).stores
     rows = list_candidates(stores.meta, status=status_filter, tenant_id=tenant)
     emit([c.contract_dict() for c in rows], fmt, title="candidates")
 
@@ -239,7 +232,7 @@ def clusters(
     """List clusters and their member episodes, per tenant and namespace."""
     from memory_core.stages.cluster import list_clusters
 
-    stores = open_all(settings_for(home, config))
+    stores = command_context(home, config).stores
     emit(list_clusters(stores.meta, tenant_id=tenant), fmt, title="clusters")
 
 
@@ -252,11 +245,11 @@ def demo(
     fmt: FormatOpt = OutputFormat.text,
 ) -> None:
     """Generate the seeded multi-tenant demo, ingest it and run consolidation once."""
-    settings = settings_for(home, config)
-    prefect_env(settings)
+    cmd = command_context(home, config, now)
+    settings = cmd.prefect()
     from memory_core.demo.run import run_demo
 
-    emit(run_demo(settings, seed=seed, now=parse_now(now) if now else None), fmt)
+    emit(run_demo(settings, seed=seed, now=cmd.clock_given), fmt)
 
 
 def _register_commands() -> None:

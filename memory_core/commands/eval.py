@@ -18,7 +18,8 @@ from typing import Annotated, Any
 
 import typer
 
-from memory_core.cli_support import ConfigOpt, FormatOpt, OutputFormat, emit, settings_for
+from memory_core.cli_context import command_context
+from memory_core.cli_support import ConfigOpt, FormatOpt, OutputFormat, emit
 
 __all__ = ["register"]
 
@@ -92,7 +93,7 @@ def eval_cmd(
         if any(n not in DATASETS for n in names):
             msg = f"--dataset must be one of {', '.join(DATASETS)} or all, not {dataset!r}"
             raise typer.BadParameter(msg)
-        model = embedder or settings_for(None, config).embed.model
+        model = embedder or command_context(config=config).settings.embed.model
         if model not in ("hash", "minilm"):
             msg = f"--embedder must be hash or minilm, not {model!r}"
             raise typer.BadParameter(msg)

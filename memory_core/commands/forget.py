@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -18,12 +19,8 @@ from memory_core.cli_support import (
     NowOpt,
     OutputFormat,
     emit,
-    open_all,
-    parse_now,
     prefect_env,
-    settings_for,
 )
-from memory_core.context import RunContext
 
 
 def forget(
@@ -54,9 +51,8 @@ def forget(
     if len(given) != 1:
         msg = "give exactly one of --subject S, --episode ID or --purpose P"
         raise typer.BadParameter(msg)
-    settings = settings_for(home, config)
-    stores = open_all(settings)
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    settings, stores, ctx = cmd.settings, cmd.stores, cmd.run()
     if purpose is not None:
         emit(stage.end_purpose(stores, settings, ctx, purpose, tenant_id=tenant), fmt)
         return
@@ -104,9 +100,8 @@ def revoke(
     if not reason.strip():
         msg = "--reason must not be empty"
         raise typer.BadParameter(msg)
-    settings = settings_for(home, config)
-    stores = open_all(settings)
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    settings, stores, ctx = cmd.settings, cmd.stores, cmd.run()
     result = revoke_source(stores, settings, ctx, source, reason=reason)
     emit(result.as_dict(), fmt)
 
@@ -123,9 +118,8 @@ def expire(
     """TTL, decay, caps and purpose expiry, hard delete after grace, compaction, maintenance."""
     from memory_core.stages.forget import run_forgetting
 
-    settings = settings_for(home, config)
-    stores = open_all(settings)
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    settings, stores, ctx = cmd.settings, cmd.stores, cmd.run()
     from memory_core.cli_progress import steps
 
     with steps(fmt, "expire") as say:

@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from memory_core.cli_support import ConfigOpt, HomeOpt, NowOpt, parse_now, settings_for
+from memory_core.cli_context import command_context
+from memory_core.cli_support import ConfigOpt, HomeOpt, NowOpt
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -61,8 +62,8 @@ def mcp_command(
         print(f"token (shown once, give it to the client): {token}", file=sys.stderr)
         return
 
-    settings = settings_for(home, config)
-    clock_at = parse_now(now) if now else None
+    cmd = command_context(home, config, now)
+    settings, clock_at = cmd.settings, cmd.clock_given
     from memory_core.mcp_server import MemoryService, run_http, run_stdio
 
     service = MemoryService(settings, clock=(lambda: clock_at) if clock_at else None)

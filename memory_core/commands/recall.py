@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -23,8 +24,6 @@ from memory_core.cli_support import (
     NowOpt,
     OutputFormat,
     emit,
-    parse_now,
-    settings_for,
 )
 from memory_core.errors import InvalidRequest, MemoryUnavailable
 from memory_core.read.filters import MemoryType
@@ -121,8 +120,9 @@ def recall_command(
             msg = f"--sensitivity {level!r} must be low, medium or high"
             raise typer.BadParameter(msg)
     when = {"as_of": _timestamp("--as-of", as_of), "known_at": _timestamp("--known-at", known_at)}
-    caller_state, clock = _state(state or []), parse_now(now)
-    settings = settings_for(home, config)
+    cmd = command_context(home, config, now)
+    caller_state, clock = _state(state or []), cmd.clock
+    settings = cmd.settings
     if not query.strip():  # before the store is opened or the embedder loaded
         raise InvalidRequest(
             argument="QUERY", reason="is empty; say what to remember (e.g. 'vpn error 720')"
@@ -172,7 +172,7 @@ def index_command(
     from memory_core.read.indexes import ensure_read_indexes
     from memory_core.stores.lance import LanceStore
 
-    settings = settings_for(home, config)
+    settings = command_context(home, config).settings
     uri = settings.lance_uri
     if "://" not in uri and not Path(uri).is_dir():
         raise MemoryUnavailable(uri, "no Lance database here; run `memctl init` or check --home")

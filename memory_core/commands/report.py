@@ -12,14 +12,13 @@ from typing import Annotated
 
 import typer
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
     HomeOpt,
     OutputFormat,
     emit,
-    open_all,
-    settings_for,
 )
 
 
@@ -34,8 +33,8 @@ def report(
     """Write <home>/reports/index.html: rows, candidates, forgetting, LLM use, durations."""
     from memory_core.report import collect_report, write_report
 
-    settings = settings_for(home, config)
-    stores = open_all(settings)
+    cmd = command_context(home, config)
+    settings, stores = cmd.settings, cmd.stores
     data = collect_report(stores)
     path = write_report(stores, settings.home, data=data)
     emit(

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -22,12 +23,8 @@ from memory_core.cli_support import (
     NowOpt,
     OutputFormat,
     emit,
-    open_all,
     parse_now,
-    prefect_env,
-    settings_for,
 )
-from memory_core.context import RunContext
 
 __all__ = ["register"]
 
@@ -104,7 +101,7 @@ def list_cmd(
     if status is not None and status not in BatchStatus.__members__:
         msg = f"--status must be one of {', '.join(BatchStatus.__members__)}"
         raise typer.BadParameter(msg)
-    stores = open_all(settings_for(home, config))
+    stores = command_context(home, config).stores
     rows = list_batches(stores.meta, status=status, tenant_id=tenant)
     emit([b.as_dict() for b in rows], fmt, title="review batches")
 
@@ -120,8 +117,8 @@ def show_cmd(
     """Show a batch as a reviewer reads it: evidence, scores, risks, what approval would do."""
     from memory_core.stages.review import batch_summary, summary_markdown
 
-    settings = settings_for(home, config)
-    summary = batch_summary(open_all(settings), settings, batch_id, now=parse_now(now))
+    cmd = command_context(home, config, now)
+    summary = batch_summary(cmd.stores, cmd.settings, batch_id, now=cmd.clock)
     if fmt is OutputFormat.json:
         emit(summary, fmt)
     else:
@@ -134,15 +131,14 @@ def _decide(
 ) -> None:  # fmt: skip
     from memory_core.stages.review import ReviewRequest, decide_batch
 
-    settings = settings_for(home, config)
-    stores = open_all(settings)
+    cmd = command_context(home, config, now)
+    settings, stores = cmd.settings, cmd.stores
     request = ReviewRequest(
         decision=decision, reviewer=reviewer, items=items, reason=reason, edits=edits
     )
-    ctx = RunContext(now=parse_now(now), actor=reviewer)
-    result = decide_batch(stores, settings, ctx, batch_id, request).as_dict()
+    result = decide_batch(stores, settings, cmd.run(actor=reviewer), batch_id, request).as_dict()
     if result.get("flow_run_id"):
-        prefect_env(settings)
+        cmd.prefect()
         from memory_core.orchestration import orchestrator
 
         result["flow_run"] = orchestrator().resume_review_run(result["flow_run_id"], request)
@@ -204,9 +200,9 @@ def build_cmd(
     """Expire stale batches and batch the queue now (the nightly run does this after scoring)."""
     from memory_core.stages.review import build_review_batches
 
-    settings = settings_for(home, config)
-    ctx = RunContext(now=parse_now(now))
-    emit(build_review_batches(open_all(settings), settings, ctx).as_dict(), fmt)
+    cmd = command_context(home, config, now)
+    settings, ctx = cmd.settings, cmd.run()
+    emit(build_review_batches(cmd.stores, settings, ctx).as_dict(), fmt)
 
 
 @review_app.command("wait")
@@ -218,8 +214,7 @@ def wait_cmd(
 ) -> None:
     """Run the promotion-review flow for a batch here: it waits for the Prefect UI form or
     `memctl review approve|reject` (review.pause_timeout_hours at most)."""
-    settings = settings_for(home, config)
-    prefect_env(settings)
+    settings = command_context(home, config).prefect()
     from memory_core.orchestration import orchestrator
 
     emit(orchestrator().run_promotion_review(settings, batch_id), fmt)
@@ -246,7 +241,7 @@ def _rows_cmd(table: str) -> Any:
         from memory_core.read.provenance import served_provenance
         from memory_core.stores.facts import list_rows
 
-        stores = open_all(settings_for(home, config))
+        stores = command_context(home, config).stores
         rows = list_rows(
             stores.lance, table,  # type: ignore[arg-type]
             as_of=_when(as_of, "--as-of"), known_at=_when(known_at, "--known-at"),

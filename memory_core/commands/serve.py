@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from memory_core.cli_support import ConfigOpt, HomeOpt, _state, prefect_env, settings_for
+from memory_core.cli_context import command_context
+from memory_core.cli_support import ConfigOpt, HomeOpt, _state
 from memory_core.orchestration import orchestrator
 
 
@@ -54,13 +55,14 @@ def serve(
 ) -> None:
     """Serve the schedules: nightly consolidation, forgetting after it, deletion requests
     every 15 minutes, promotion review (crons from \\[schedule], in the config's timezone)."""
-    settings = settings_for(home, config)
+    cmd = command_context(home, config)
+    settings = cmd.settings
     err = Console(stderr=True)
 
     def say(text: str) -> None:
         err.print(f"memctl serve: {text}", highlight=False, soft_wrap=True)
 
-    prefect_env(settings)
+    cmd.prefect()
     if write_yaml is not None:
         write_yaml.write_text(orchestrator().render_prefect_yaml(settings))
         say(f"wrote {write_yaml}")

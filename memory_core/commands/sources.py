@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from memory_core.cli_context import command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -14,11 +15,7 @@ from memory_core.cli_support import (
     NowOpt,
     OutputFormat,
     emit,
-    open_all,
-    parse_now,
-    settings_for,
 )
-from memory_core.context import RunContext
 
 __all__ = ["register"]
 
@@ -42,8 +39,8 @@ def update_cmd(
     if not file.is_file():
         msg = f"{file}: no such file"
         raise typer.BadParameter(msg)
-    stores = open_all(settings_for(home, config))
-    ctx = RunContext(now=parse_now(now))
+    cmd = command_context(home, config, now)
+    stores, ctx = cmd.stores, cmd.run()
     with file.open(encoding="utf-8") as handle:
         emit(update_sources(stores, ctx, handle, path=str(file)), fmt)
 
@@ -57,7 +54,7 @@ def list_cmd(
     """List known sources: current revision, when it changed, deleted, when it was handled."""
     from memory_core.stores.sources import list_sources
 
-    stores = open_all(settings_for(home, config))
+    stores = command_context(home, config).stores
     emit([s.as_dict() for s in list_sources(stores.meta)], fmt, title="sources")
 
 

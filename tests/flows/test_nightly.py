@@ -263,3 +263,26 @@ def test_partition_batches_cover_the_plan_once(new: list[int], tasks: int) -> No
     if batches:
         loads = [sum(max(new[i], 1) for i in b) for b in batches]
         assert max(loads) - min(loads) <= max((max(n, 1) for n in new), default=0)
+
+
+def test_summary_table_counts_the_candidates_mine_produced():
+    """The summary's "candidates" column is read from what mine really returns (it once read a
+    key MiningResult never had, so the column was always blank)."""
+    from flows.nightly import _summary_markdown
+    from memory_core.stages.mine.stage import MiningResult
+
+    mined = MiningResult(
+        partition="t1/ns", procedural=3, passed=2, auto_rejected=1, insights=2, pitfalls=1,
+        preferences=4,
+    )  # fmt: skip
+    summary = {
+        "run_id": "run_x", "now": "2026-08-01T00:00:00Z", "partitions": 2, "skipped": 1,
+        "candidates_by_status": {}, "extract": {},
+        "results": [
+            {"partition": "t1/ns", "cluster": {"new_members": 5, "total_clusters": 2},
+             "mine": mined.as_dict()},
+            {"partition": "t2/ns", "skipped": True},
+        ],
+    }  # fmt: skip
+    rows = [line for line in _summary_markdown(summary).splitlines() if line.startswith("| t")]
+    assert rows == ["| t1/ns | 5 | 2 | 10 |", "| t2/ns | skipped | | |"]
