@@ -455,11 +455,19 @@ def quotes_left(meta: MetaStore, texts: Sequence[str]) -> dict[str, int]:
 
 
 def purge_record_rows(
-    con: duckdb.DuckDBPyConnection, *, record_ids: list[str], text_hashes: list[str]
+    con: duckdb.DuckDBPyConnection,
+    *,
+    record_ids: list[str],
+    text_hashes: list[str],
+    folded: bool = False,
 ) -> dict[str, int]:
     """Hard delete of expired/compacted records: memberships, access stats, cached vectors.
 
     Lineage edges stay: a promoted fact keeps naming the (now deleted) episodes it rests on.
+    ``folded``: the records' content lives on in a digest (compaction, with a lineage edge per
+    record), so the extracted facts they are evidence of stay: a compaction is not a deletion
+    of content. Their evidence resolves through the lineage (``stages/extract/statements``);
+    a user deletion or revocation still reaches them.
     """
     # Registered Arrow keys and a semi-join: a nightly hard delete can name 100k ids, where
     # list_contains would compare every row with every id.
@@ -478,7 +486,7 @@ def purge_record_rows(
             if before:
                 con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT k FROM {keys})")
                 counts[table] = before - _count(con, table)
-        before = _count(con, "extracted_facts")
+        before = 0 if folded else _count(con, "extracted_facts")
         if before:  # tentative facts resting on a deleted episode go with it
             con.execute(
                 "DELETE FROM extracted_facts WHERE fact_id IN (SELECT fact_id FROM (SELECT "

@@ -360,7 +360,7 @@ def compact_episodes(
             add_edges(con, edges, now=ctx.now)
         crash_point("compact.lineage_written")
     if chosen:
-        deleted = delete_records(stores, "episodes", chosen, ctx=ctx)
+        deleted = delete_records(stores, "episodes", chosen, ctx=ctx, folded=True)
         result.deleted_ids = deleted.ids
         result.text_hashes = deleted.text_hashes
     result.digests = len(digests)

@@ -33,11 +33,13 @@ from memory_core.stages.extract.rules import norm
 from memory_core.stages.mine.claims import Statement
 from memory_core.stores import Stores
 from memory_core.stores.extract import extracted_facts, facts_for_episodes
+from memory_core.stores.folded import folded_episodes
 from memory_core.stores.lance import sql_quote
 
 __all__ = [
     "extracted_claim_rows",
     "extracted_user_episodes",
+    "folded_evidence",
     "proposal_rule",
     "with_extracted_claims",
 ]
@@ -77,6 +79,34 @@ def _episodes(stores: Stores, partition: Partition, ids: set[str]) -> dict[str, 
     return out
 
 
+def folded_evidence(
+    stores: Stores,
+    partition: Partition,
+    ids: set[str],
+    said: set[str],
+    sessions: dict[str, str],
+) -> dict[str, dict[str, Any]]:
+    """Claims-path rows for evidence turns compaction folded into an active digest.
+
+    A compaction is not a deletion of content (``stores/folded.py``): the fact keeps counting
+    the turn under its own id and session. The role is ``user`` for a turn in which the
+    subject stated the fact (``said``: extraction derived it from the turn's source role), the
+    only role the claims path needs.
+    """
+    rows = folded_episodes(stores.lance, stores.meta, partition.tenant_id, ids)
+    out: dict[str, dict[str, Any]] = {}
+    for eid, row in rows.items():
+        if row["namespace"] != partition.namespace or row["status"] != "active":
+            continue
+        session = sessions.get(eid, "")
+        out[eid] = {
+            **{c: row[c] for c in _COLUMNS},
+            "session_id": None if session.startswith("episode:") else session or None,
+            "source_role": "user" if eid in said else None,
+        }
+    return out
+
+
 def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str, Any]]:
     """Episode-shaped rows carrying the partition's extracted facts as claims."""
     facts = extracted_facts(
@@ -86,6 +116,9 @@ def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str,
         return []
     wanted = {e for f in facts for e in (f.self_evidence if f.authority != "none" else f.evidence)}
     episodes = _episodes(stores, partition, wanted)
+    said = {e for f in facts if f.authority != "none" for e in f.self_evidence}
+    sessions = {e: f.session_key for f in facts for e in f.evidence}
+    episodes.update(folded_evidence(stores, partition, wanted - set(episodes), said, sessions))
     claims: dict[str, dict[tuple[str, str, str], dict[str, Any]]] = {}
     for f in facts:
         blocked = f.authority == "none"
@@ -93,7 +126,7 @@ def extracted_claim_rows(stores: Stores, partition: Partition) -> list[dict[str,
         obj = f.group_object or f.object
         for episode_id in f.evidence if blocked else f.self_evidence:
             if episode_id not in episodes:
-                continue  # forgotten or expired since: its evidence no longer counts
+                continue  # forgotten or expired since (not folded): no longer counts
             key = (predicate, norm(obj), f.authority)
             mine = claims.setdefault(episode_id, {})
             best = mine.get(key)
@@ -118,7 +151,9 @@ def with_extracted_claims(
     """The episodes with their extracted user statements added to ``claims``, for the
     commit-time gate: a fact extracted from what the user said carries the same
     ``user_statement`` authority a claim structured at ingest does (both stamped by code from
-    the source role and the subject), so the gate checks both the same way."""
+    the source role and the subject), so the gate checks both the same way. A turn folded into
+    a digest (``stores/folded.py``, no role kept) is the user's when a fact's ``self_evidence``
+    names it: extraction stamped that from the turn's source role."""
     facts = [f for f in facts_for_episodes(meta, episodes) if f.authority == "user_statement"]
     if not facts:
         return episodes
@@ -128,6 +163,9 @@ def with_extracted_claims(
             ep = out.get(eid)
             if ep is None or ep.get("subject_id") != f.subject_id:
                 continue
+            if ep.get("folded_into") and ep.get("source_role") is None:
+                # a digest line keeps no role; extraction derived this turn's from it
+                ep = {**ep, "source_role": "user"}
             claims = ep.get("claims")
             claims = json.loads(claims) if isinstance(claims, str) else list(claims or [])
             claims.append({

@@ -52,8 +52,12 @@ def text_hashes_of(name: str, rows: pa.Table) -> list[str]:
     return out
 
 
-def delete_where(stores: Stores, name: str, where: str, *, ctx: RunContext) -> Deleted:
-    """Hard-delete matching rows of one table (one Lance commit) and their DuckDB traces."""
+def delete_where(
+    stores: Stores, name: str, where: str, *, ctx: RunContext, folded: bool = False
+) -> Deleted:
+    """Hard-delete matching rows of one table (one Lance commit) and their DuckDB traces.
+
+    ``folded``: the rows' content was folded into a digest (see ``purge_record_rows``)."""
     cache = _cache_in_use(stores)  # else the texts are not even read: nothing to key
     texts = (_TEXT_COLUMNS[1:] if name == "episodes" else ["text"]) if cache else []
     rows = stores.lance.scan(name, where=where, columns=[ID_COLUMN[name], *texts])
@@ -63,19 +67,25 @@ def delete_where(stores: Stores, name: str, where: str, *, ctx: RunContext) -> D
     hashes = text_hashes_of(name, rows) if cache else []
     # DuckDB first: if the Lance delete then fails, a rerun finds the rows again and converges.
     with stores.meta.transaction() as con:
-        counts = fstore.purge_record_rows(con, record_ids=ids, text_hashes=hashes)
+        counts = fstore.purge_record_rows(con, record_ids=ids, text_hashes=hashes, folded=folded)
     stores.lance.delete(name, where)
     logger.debug("deleted %d rows of %s run=%s", len(ids), name, ctx.run_id)
     return Deleted(ids, hashes, counts)
 
 
-def delete_records(stores: Stores, name: str, ids: list[str], *, ctx: RunContext) -> Deleted:
+def delete_records(
+    stores: Stores, name: str, ids: list[str], *, ctx: RunContext, folded: bool = False
+) -> Deleted:
     """Hard-delete rows by id (chunked filters, so one commit per chunk)."""
     total = Deleted([], [], {})
     unique = sorted(set(ids))
     for start in range(0, len(unique), IN_CHUNK):
         part = delete_where(
-            stores, name, in_list(ID_COLUMN[name], unique[start : start + IN_CHUNK]), ctx=ctx
+            stores,
+            name,
+            in_list(ID_COLUMN[name], unique[start : start + IN_CHUNK]),
+            ctx=ctx,
+            folded=folded,
         )
         total.ids += part.ids
         total.text_hashes += part.text_hashes

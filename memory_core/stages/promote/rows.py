@@ -20,8 +20,10 @@ from memory_core.stages.promote.commit_gate import GateResult
 from memory_core.stages.promote.plan import PromotionPlan
 from memory_core.stages.promote.supersede import normalise, row_hash
 from memory_core.stores.facts import episodes_by_ids, existing_ids
+from memory_core.stores.folded import folded_episodes
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lineage import Edge
+from memory_core.stores.meta import MetaStore
 
 __all__ = ["evidence_episodes", "fact_row", "lineage_for", "procedure_row"]
 
@@ -34,9 +36,11 @@ _SENSITIVITY = {"low": 0, "medium": 1, "high": 2}
 
 
 def evidence_episodes(
-    lance: LanceStore, candidates: Sequence[Candidate]
+    lance: LanceStore, candidates: Sequence[Candidate], meta: MetaStore | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Support and counterexample episodes of the candidates, read per tenant."""
+    """Support and counterexample episodes of the candidates, read per tenant; with ``meta``,
+    an episode compaction folded into a digest is read back from its line (a compaction is
+    not a deletion of content: ``stores/folded.py``)."""
     wanted: dict[str, set[str]] = {}
     for c in candidates:
         wanted.setdefault(c.tenant_id, set()).update(c.support_ids, c.counterexample_ids)
@@ -44,6 +48,8 @@ def evidence_episodes(
     for tenant, ids in sorted(wanted.items()):
         for row in episodes_by_ids(lance, tenant, sorted(ids), _EPISODE_COLUMNS):
             out[row["episode_id"]] = row
+        if meta is not None:
+            out.update(folded_episodes(lance, meta, tenant, ids - set(out)))
     return out
 
 

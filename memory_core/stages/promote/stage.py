@@ -98,7 +98,7 @@ class _Commit:
     ) -> tuple[PromotionPlan, PromotionPlan, dict[str, Mapping[str, Any]]]:
         # extracted user statements (stages/extract) count as the gate's user claims too
         episodes = with_extracted_claims(
-            self.stores.meta, evidence_episodes(self.stores.lance, candidates)
+            self.stores.meta, evidence_episodes(self.stores.lance, candidates, self.stores.meta)
         )
         procs = [c for c in candidates if c.kind is CandidateKind.procedural]
         facts = [c for c in candidates if c.kind is CandidateKind.semantic]

@@ -98,7 +98,7 @@ def batch_summary(
         t for c in open_ids for t in twins.get(c, []) if t.status.value == "pending_review"
     ]
     would = preview_candidates(stores, settings, preview_set, now=now) if preview_set else {}
-    episodes = evidence_episodes(stores.lance, list(cands.values()))
+    episodes = evidence_episodes(stores.lance, list(cands.values()), stores.meta)
     out_items = []
     for item in items:
         cand = cands.get(item.candidate_id)
