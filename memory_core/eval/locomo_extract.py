@@ -159,7 +159,7 @@ def evaluate_replayed_extraction(
         rerun = extract_facts(
             home.stores, home.settings, RunContext(now=now), embedder=home.embedder
         )
-        proposal = _proposal(home)  # before compaction, which purges folded turns' facts
+        proposal = _proposal(home)  # before compaction (the report's state)
         home.consolidate(now=now)
         home.approve_all(now=now)
         home.maintain()
