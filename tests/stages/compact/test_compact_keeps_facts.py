@@ -31,9 +31,9 @@ PARTITION = Partition("acme", "chat")
 WINDOW = ("u1", "prefers_seat", "window")  # importance 3: needs two sessions
 
 
-def _extract_and_mine(stores: Stores, settings: Settings, ctx: RunContext) -> dict:
-    fake = FakeAnthropic()
-    fake.answer = extract_answer
+def _extract_and_mine(
+    stores: Stores, settings: Settings, ctx: RunContext, fake: FakeAnthropic
+) -> dict:
     extract_facts(stores, settings, ctx, client=fake.client(), sleep=lambda s: None)
     mine_partition(stores, settings, ctx, PARTITION)
     return {
@@ -46,9 +46,11 @@ def _extract_and_mine(stores: Stores, settings: Settings, ctx: RunContext) -> di
 def test_fact_survives_folding_and_reaches_proposal_with_a_later_session(
     stores: Stores, settings: Settings
 ) -> None:
+    fake = FakeAnthropic()  # one fake for every run: its batch ids do not repeat
+    fake.answer = extract_answer
     ingest(stores, settings, [turn("a1", "sA", 0, "I'd like a window seat."),
                               turn("a2", "sA", 1, "and some water")])  # fmt: skip
-    first = _extract_and_mine(stores, settings, RunContext(now=NOW, run_id="r1"))
+    first = _extract_and_mine(stores, settings, RunContext(now=NOW, run_id="r1"), fake)
     assert WINDOW not in first  # one session, importance 3: not enough yet
     before = {f.fact_id: f.evidence for f in extracted_facts(stores.meta)}
     assert before
@@ -61,7 +63,7 @@ def test_fact_survives_folding_and_reaches_proposal_with_a_later_session(
 
     later_minutes = int((LATER - NOW).total_seconds() // 60) + 31 * 24 * 60
     ingest(stores, settings, [turn("b1", "sB", later_minutes, "A window seat again, please.")])
-    cands = _extract_and_mine(stores, settings, RunContext(now=LATER, run_id="r2"))
+    cands = _extract_and_mine(stores, settings, RunContext(now=LATER, run_id="r2"), fake)
     window = cands[WINDOW]
     assert window.status is CandidateStatus.pending_score
     assert sorted(window.support_ids) == ["a1", "b1"] and window.stats["sessions"] == 2
@@ -79,9 +81,11 @@ def test_fact_survives_folding_and_reaches_proposal_with_a_later_session(
 
 
 def test_a_revoked_folded_turn_no_longer_counts(stores: Stores, settings: Settings) -> None:
+    fake = FakeAnthropic()  # one fake for every run: its batch ids do not repeat
+    fake.answer = extract_answer
     ingest(stores, settings, [turn("a1", "sA", 0, "I'd like a window seat."),
                               turn("a2", "sA", 1, "and some water")])  # fmt: skip
-    _extract_and_mine(stores, settings, RunContext(now=NOW, run_id="r1"))
+    _extract_and_mine(stores, settings, RunContext(now=NOW, run_id="r1"), fake)
     compact_episodes(stores, settings, RunContext(now=LATER, run_id="c1"))
     assert [r["episode_id"] for r in extracted_claim_rows(stores, PARTITION)] == ["a1"]
     assert set(folded_episodes(stores.lance, stores.meta, "acme", ["a1", "a2"])) == {"a1", "a2"}
