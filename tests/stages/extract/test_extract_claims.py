@@ -31,10 +31,16 @@ HIKING = {"likes hiking in the mountains", "enjoys hiking in mountains"}
 
 
 def extract_and_mine(
-    stores: Stores, settings: Settings, *, embedder: Any = None, run_id: str = "r1"
+    stores: Stores,
+    settings: Settings,
+    *,
+    embedder: Any = None,
+    run_id: str = "r1",
+    fake: FakeAnthropic | None = None,
 ) -> dict[tuple[str, str, str], Any]:
-    fake = FakeAnthropic()
-    fake.answer = extract_answer
+    if fake is None:  # a run after another needs the same fake: batch ids must not repeat
+        fake = FakeAnthropic()
+        fake.answer = extract_answer
     ctx = RunContext(now=NOW, run_id=run_id)
     extract_facts(stores, settings, ctx, client=fake.client(), embedder=embedder,
                   sleep=lambda s: None)  # fmt: skip
@@ -89,13 +95,15 @@ def test_later_explicit_change_supersedes_the_current_fact(
         turn("w1", "s1", 0, "I'd like a window seat."),
         turn("w2", "s2", 60 * 24, "Window seat again, please."),
     ])  # fmt: skip
-    first = extract_and_mine(stores, settings)
+    fake = FakeAnthropic()
+    fake.answer = extract_answer
+    first = extract_and_mine(stores, settings, fake=fake)
     window = first[("u1", "prefers_seat", "window")]
     assert window.status is CandidateStatus.pending_score
     ingest(stores, settings, [
         turn("x1", "s3", 60 * 48, "Actually, from now on I want an aisle seat."),
     ])  # fmt: skip
-    later = extract_and_mine(stores, settings, run_id="r2")
+    later = extract_and_mine(stores, settings, run_id="r2", fake=fake)
     aisle = later[("u1", "prefers_seat", "aisle")]
     assert aisle.status is CandidateStatus.pending_score
     assert aisle.stats["explicit_change"] is True and aisle.supersedes == window.candidate_id

@@ -25,7 +25,8 @@ def _chat(eid: str, session: str, day: int, text: str) -> dict[str, Any]:
 
 
 def _night(mem: Any, now: Any) -> None:
-    fake = FakeAnthropic()
+    # one fake per home across nights: a new one would reuse batch ids already collected
+    fake = mem.__dict__.setdefault("_fake_anthropic", FakeAnthropic())
     fake.answer = extract_answer
     extract_facts(mem.stores, mem.settings, RunContext(now=now), client=fake.client(),
                   embedder=mem.embedder, sleep=lambda s: None)  # fmt: skip
