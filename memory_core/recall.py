@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 _TABLE_TYPE = {t: m.value for m, tables in CLASS_TABLES.items() for t in tables}
 _INDEX_TTL_S = 30.0  # how long a table's index list is trusted before it is read again
+_PENDING_SCAN_ROWS = 5000  # episodes without a vector read per query when there is no FTS index
 _DEFAULT = object()
 
 
@@ -254,8 +255,10 @@ class Recaller:
         """BM25 over ``text`` with the same prefilter; None when the table has no FTS index."""
         table = self._table(name)
         indexed = self._run(f"list indices of {name}", lambda: self._indexed_columns(name, table))
-        if "fts:text" not in indexed or not query_terms(query):
+        if not query_terms(query):
             return None
+        if "fts:text" not in indexed:
+            return self._pending_text_leg(name, snap, where, query, limit)
         from lance.query import MatchQuery
 
         columns = [c for c in snap.schema.names if c != "vector"]
@@ -270,6 +273,40 @@ class Recaller:
                 disable_scoring_autoprojection=True,
             ),
         )
+
+    def _pending_text_leg(
+        self, name: str, snap: Any, where: str, query: str, limit: int
+    ) -> pa.Table | None:
+        """Term match over the episodes still waiting for the embed task, when there is no
+        full-text index yet.
+
+        Why: ingest stores episodes without a vector (the embed task fills them later), and the
+        full-text index is built by maintenance; on a home that has not had its first nightly,
+        neither leg would see what an agent has just written. Only rows without a vector are
+        read (``embedding_version = ''``, which every writer leaves empty with the vector), at
+        most ``_PENDING_SCAN_ROWS`` of them in the caller's scope, ranked by how many query
+        terms their text holds. Once the index exists, Lance's own BM25 covers them.
+        """
+        if name != "episodes" or "embedding_version" not in snap.schema.names:
+            return None
+        terms = set(query_terms(query))
+        columns = [c for c in snap.schema.names if c != "vector"]
+        rows = self._run(
+            f"read {name} waiting for vectors",
+            lambda: snap.to_table(
+                columns=columns,
+                filter=f"({where}) AND embedding_version = ''",
+                prefilter=True,
+                limit=_PENDING_SCAN_ROWS,
+            ),
+        )
+        texts = rows.column("text").to_pylist() if rows.num_rows else []
+        hits = [(len(terms & set(query_terms(text or ""))), i) for i, text in enumerate(texts)]
+        ranked = sorted(((n, i) for n, i in hits if n), key=lambda h: (-h[0], h[1]))[:limit]
+        if not ranked:
+            return rows.slice(0, 0).append_column("_score", pa.array([], pa.float32()))
+        picked = rows.take([i for _, i in ranked])
+        return picked.append_column("_score", pa.array([float(n) for n, _ in ranked], pa.float32()))
 
     def _search(
         self, tables: list[str], spec: FilterSpec, vector: np.ndarray, query: str, limit: int

@@ -127,6 +127,26 @@ def test_read_path_full_text_at_once_vector_leg_after_embed(tmp_path):
         assert _ids(after)[0] == "e3"
 
 
+def test_fresh_home_without_a_full_text_index_still_finds_what_was_just_written(tmp_path):
+    """Before the first nightly there is neither a vector nor a BM25 index: recall reads the
+    caller's episodes still waiting for vectors and matches their terms, within the scope."""
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), lines_of(
+        episode(episode_id="mine", subject_id="u1", text="quokka jammed the badge reader"),
+        episode(episode_id="theirs", subject_id="u2", text="quokka jammed the badge reader"),
+        episode(episode_id="other", subject_id="u1", text="the vpn drops every hour"),
+    ), embedder=embedder)  # fmt: skip
+    kinds = {ix.index_type for ix in stores.lance.table("episodes").list_indices()}
+    assert not kinds & {"FTS", "INVERTED"}
+    with Recaller.from_settings(settings, embedder=embedder, access_log=False) as reader:
+        found = reader.recall("quokka badge reader", tenant_id="acme", subject_id="u1", now=NOW)
+        assert _ids(found)[0] == "mine" and "theirs" not in _ids(found)
+        assert "other" not in _ids(found)  # no shared term, no match
+        embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+        after = reader.recall("quokka badge reader", tenant_id="acme", subject_id="u1", now=NOW)
+        assert _ids(after)[0] == "mine" and "theirs" not in _ids(after)
+
+
 def test_clustering_takes_only_embedded_episodes(tmp_path):
     settings, stores, embedder = _home(tmp_path)
     ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
