@@ -82,6 +82,7 @@ _STATUS_IN_DICTS = {
     "memory_core/stages/review/summary.py:batch_summary": "report",
     "memory_core/stores/review.py:as_dict": "report",
     "memory_core/status.py:collect_status": "report",
+    "memory_core/stores/folded.py:folded_episodes": "read: a folded turn as an episode-shaped row",
     "memory_core/stores/schemas.py:<module>": "index kind of the status column",
 }
 _OTHER_ROW_WRITERS = {
@@ -90,7 +91,7 @@ _OTHER_ROW_WRITERS = {
     "memory_core/stores/facts.py:write_versions": "the merge primitive write_status uses",
     "memory_core/stores/lance.py:upsert": "the primitive",
     "memory_core/stores/lance.py:insert_new": "appends new rows (created)",
-    "memory_core/stores/lance.py:fill_vectors": "vector and embedding_version columns only",
+    "memory_core/stores/lance.py:fill_vectors": "vectors only; merges only rows whose status is unchanged",
 }
 
 

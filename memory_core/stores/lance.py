@@ -16,7 +16,7 @@ import pyarrow as pa
 from lancedb.index import Bitmap, BTree
 
 from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
-from memory_core.stores.filters import sql_quote
+from memory_core.stores.filters import in_list, sql_quote
 from memory_core.stores.schemas import FILTER_COLUMNS, ID_COLUMN, TABLES, schema_for
 
 __all__ = ["LanceStore", "sql_quote"]
@@ -131,21 +131,54 @@ class LanceStore:
     def fill_vectors(self, name: str, rows: pa.Table) -> Any:
         """Set ``vector`` and ``embedding_version`` of stored rows that still have no vector.
 
-        ``rows`` holds the id, ``embedding_version`` and ``vector`` columns only: Lance updates
-        those columns of the matching rows and leaves every other column as stored (a status
-        changed meanwhile stays changed); ids no longer stored (deleted meanwhile) are not
-        brought back, and rows that already got a vector are left alone. One commit.
+        ``rows`` holds the id, ``embedding_version`` and ``vector`` columns only. Every other
+        column is taken from the row as stored, read here, and the merge only touches a row
+        that still has no vector and the same status and content hash as that read (a status
+        changed or text rewritten meanwhile stays as it is; the row is filled on the next
+        run); ids no longer stored (deleted meanwhile) are not brought back. One commit.
+
+        Why full rows: a merge of only these three columns (Lance's partial-schema update)
+        panics inside lance once ``optimize_indices`` has run on the table (lancedb 0.40,
+        "Incorrect number of arrays for StructArray fields"), which nightly maintenance does.
         """
         if rows.num_rows == 0:
             return None
         table = self.table(name)
-        columns = [ID_COLUMN[name], "embedding_version", "vector"]
-        schema = pa.schema([table.schema.field(c) for c in columns])
-        rows = rows.select(columns).cast(schema)
+        key = ID_COLUMN[name]
+        fills = {
+            row_id: (version, vector)
+            for row_id, version, vector in zip(
+                rows.column(key).to_pylist(),
+                rows.column("embedding_version").to_pylist(),
+                rows.column("vector").to_pylist(),
+                strict=True,
+            )
+        }
+        ids = sorted(fills)
+        stored = pa.concat_tables(
+            [
+                self.scan(name, where=f"({in_list(key, ids[i : i + 5000])}) AND vector IS NULL")
+                for i in range(0, len(ids), 5000)
+            ]
+        )
+        if stored.num_rows == 0:
+            return None
+        kept = stored.column(key).to_pylist()
+        full = stored.drop_columns(["embedding_version", "vector"])
+        full = full.append_column(
+            "embedding_version", pa.array([fills[i][0] for i in kept], pa.string())
+        ).append_column(
+            "vector",
+            pa.array([fills[i][1] for i in kept], table.schema.field("vector").type),
+        )
+        full = full.select(table.schema.names).cast(table.schema)
         return (
-            table.merge_insert(ID_COLUMN[name])
-            .when_matched_update_all(where="target.vector IS NULL")
-            .execute(rows)
+            table.merge_insert(key)
+            .when_matched_update_all(
+                where="target.vector IS NULL AND target.status = source.status"
+                " AND target.content_hash = source.content_hash"
+            )
+            .execute(full)
         )
 
     def delete(self, name: str, where: str) -> Any:

@@ -19,10 +19,12 @@ from memory_core.recall import Recaller
 from memory_core.stages.cluster import cluster_partition, list_clusters
 from memory_core.stages.consolidate import STAGE, consolidate_partition, consolidation_plan
 from memory_core.stages.embed import embed_episodes, pending_embedding
+from memory_core.stages.forget.maintain import maintain_tables
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.partitions import Partition, plan_partitions
 from memory_core.stores import open_stores
 from memory_core.stores.ledger import get_watermarks
+from memory_core.stores.schemas import TABLES
 from tests.conftest import episode, lines_of
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
@@ -145,6 +147,27 @@ def test_fresh_home_without_a_full_text_index_still_finds_what_was_just_written(
         embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
         after = reader.recall("quokka badge reader", tenant_id="acme", subject_id="u1", now=NOW)
         assert _ids(after)[0] == "mine" and "theirs" not in _ids(after)
+
+
+def test_embed_after_nightly_maintenance_refreshed_the_indices(tmp_path):
+    """The second night: maintenance has run ``optimize_indices``; filling vectors must still
+    work (a three-column Lance merge panicked there) and keep every other column."""
+    settings, stores, embedder = _home(tmp_path)
+    ingest_records(stores, settings, RunContext(now=NOW), _episodes(), embedder=embedder)
+    embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    maintain_tables(stores, settings, list(TABLES))
+    ingest_records(stores, settings, RunContext(now=NOW), lines_of(episode(
+        episode_id="late", goal="badge reader broken", text="quokka reset the badge reader",
+    )), embedder=embedder)  # fmt: skip
+    before = stores.lance.scan("episodes", where="episode_id = 'late'").to_pylist()[0]
+    result = embed_episodes(stores, settings, RunContext(now=NOW), embedder=embedder)
+    assert result.embedded == 1 and pending_embedding(stores) == 0
+    after = stores.lance.scan("episodes", where="episode_id = 'late'").to_pylist()[0]
+    assert after["vector"] is not None and after["embedding_version"] == embedder.version
+    assert {k: v for k, v in after.items() if k not in ("vector", "embedding_version")} == {
+        k: v for k, v in before.items() if k not in ("vector", "embedding_version")
+    }
+    assert stores.lance.count("episodes") == 7
 
 
 def test_clustering_takes_only_embedded_episodes(tmp_path):
