@@ -360,6 +360,9 @@ class _Run:
             h = outcome.content_hash(cid) or ""
             answer = parse_workflow(message.content)
             if answer is None:
+                # asked once this run: a later run may ask again (MAX_INVALID_ANSWERS), this one
+                # must not (a batch resumed after a crash would otherwise be sent a second time)
+                self.plans.pop(h, None)
                 self.result.invalid += 1
                 entries.append(
                     LedgerEntry(run_id=self.ctx.run_id, logged_at=self.ctx.now, mode="invalid",
