@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,8 +43,17 @@ def _api(server: LocalPrefect, path: str, body: dict[str, Any] | None = None) ->
         f"{server.api_url}{path}", data=data, method="POST" if data is not None else "GET",
         headers={"content-type": "application/json"},
     )  # fmt: skip
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        raw = resp.read()
+    for attempt in range(5):
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:
+                raw = resp.read()
+            break
+        except urllib.error.HTTPError as exc:
+            # the server answers 503 when its database is briefly busy (seen once on a clean
+            # clone): nothing was done, so asking again is safe; any other error is the test's
+            if exc.code != 503 or attempt == 4:
+                raise
+            time.sleep(1.0)
     return json.loads(raw) if raw else None
 
 
