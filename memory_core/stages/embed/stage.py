@@ -150,10 +150,12 @@ def embed_episodes(
     return result
 
 
-def _vectors(
-    stores: Stores, embedder: Embedder, texts: list[str], ctx: RunContext, result: EmbedResult
-) -> np.ndarray:
-    """Vectors of ``texts`` (in order): the cache first, the model for the rest (once each)."""
+def cached_embeddings(
+    stores: Stores, embedder: Embedder, texts: list[str], ctx: RunContext
+) -> tuple[np.ndarray, int]:
+    """Vectors of ``texts`` (in order) and how many the model computed: the content cache
+    first, the model once per distinct missing text, whose vectors are then cached. Ingest
+    (``embed.at_ingest``) and this stage share it, so both give a text the same vector."""
     hashes = [text_hash(t) for t in texts]
     cached = cached_vectors(stores.meta, hashes, embedder.version)
     missing = sorted({h: t for h, t in zip(hashes, texts, strict=True) if h not in cached}.items())
@@ -162,7 +164,15 @@ def _vectors(
         vectors = embedder.embed([t for _, t in missing])
         fresh = {h: vectors[i] for i, (h, _) in enumerate(missing)}
         store_vectors(stores.meta, fresh, embedder.version, ctx.now)
-    result.model_calls += len(fresh)
-    result.cache_hits += len(texts) - len(fresh)
     lookup = {**cached, **fresh}
-    return np.stack([lookup[h] for h in hashes])
+    stacked = np.stack([lookup[h] for h in hashes]) if hashes else np.zeros((0, embedder.dim))
+    return stacked, len(fresh)
+
+
+def _vectors(
+    stores: Stores, embedder: Embedder, texts: list[str], ctx: RunContext, result: EmbedResult
+) -> np.ndarray:
+    vectors, computed = cached_embeddings(stores, embedder, texts, ctx)
+    result.model_calls += computed
+    result.cache_hits += len(texts) - computed
+    return vectors

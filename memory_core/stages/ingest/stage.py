@@ -53,9 +53,10 @@ import pyarrow as pa
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
-from memory_core.embed import Embedder, text_hash
+from memory_core.embed import Embedder
 from memory_core.errors import EmbedderMismatch, EpisodeConflict, FieldError, ValidationFailed
 from memory_core.models import Episode, content_hash
+from memory_core.stages.embed.stage import cached_embeddings
 from memory_core.stages.ingest.blocks import (
     Chunk,
     VectorParser,
@@ -66,7 +67,6 @@ from memory_core.stages.ingest.blocks import (
 from memory_core.stages.ingest.redact import redact_text
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
-from memory_core.stores.embed_cache import cached_vectors, store_vectors
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.schemas import TS
 
@@ -191,18 +191,10 @@ def _list_chunks(lines: list[str], size: int | None = None) -> Iterator[tuple[in
 def _embed(
     stores: Stores, embedder: Embedder, texts: list[str], ctx: RunContext, result: IngestResult
 ) -> np.ndarray:
-    hashes = [text_hash(t) for t in texts]
-    cached = cached_vectors(stores.meta, hashes, embedder.version)
-    missing = sorted({h: t for h, t in zip(hashes, texts, strict=True) if h not in cached}.items())
-    fresh: dict[str, np.ndarray] = {}
-    if missing:
-        vectors = embedder.embed([t for _, t in missing])
-        fresh = {h: vectors[i] for i, (h, _) in enumerate(missing)}
-        store_vectors(stores.meta, fresh, embedder.version, ctx.now)
-    result.embedded += len(fresh)
-    result.embed_cache_hits += len(texts) - len(fresh)
-    lookup = {**cached, **fresh}
-    return np.stack([lookup[h] for h in hashes]) if hashes else np.zeros((0, embedder.dim))
+    vectors, computed = cached_embeddings(stores, embedder, texts, ctx)
+    result.embedded += computed
+    result.embed_cache_hits += len(texts) - computed
+    return vectors
 
 
 def ingest_file(
