@@ -31,7 +31,7 @@ from memory_core.stores.audit import record_audit
 from memory_core.stores.embed_cache import cached_vectors, store_vectors
 from memory_core.stores.lance import sql_quote
 
-__all__ = ["EmbedResult", "embed_episodes", "pending_embedding"]
+__all__ = ["EmbedResult", "cached_embeddings", "embed_episodes", "pending_embedding"]
 
 logger = logging.getLogger(__name__)
 
