@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from memory_core.cli_support import open_all, parse_now, prefect_env, settings_for
+from memory_core.cli_support import _state, open_all, parse_now, prefect_env, settings_for
 from memory_core.config import Settings
 from memory_core.context import RunContext
 
@@ -36,6 +36,12 @@ class CommandContext:
     def settings(self) -> Settings:
         """Config file + environment + this command's (or the root's) --home/--config."""
         return settings_for(self.home, self.config)
+
+    @property
+    def config_file(self) -> Path | None:
+        """The config file this command reads: its own --config, else the root's, else none.
+        Flows started in another process (``memctl serve``) must be handed the same file."""
+        return self.config or _state.get("config")
 
     @cached_property
     def stores(self) -> Any:

@@ -54,3 +54,14 @@ def test_the_command_finds_it_on_ctx_obj(tmp_path):
 def test_home_and_config_are_the_commands_own_options():
     cmd = CommandContext()
     assert (cmd.home, cmd.config, cmd.now) == (None, None, None)
+
+
+def test_config_file_is_the_commands_own_else_the_roots(tmp_path, monkeypatch):
+    from memory_core import cli_support
+
+    root_cfg, own_cfg = tmp_path / "root.toml", tmp_path / "own.toml"
+    monkeypatch.setitem(cli_support._state, "config", root_cfg)
+    assert command_context(tmp_path).config_file == root_cfg
+    assert command_context(tmp_path, own_cfg).config_file == own_cfg
+    monkeypatch.delitem(cli_support._state, "config")
+    assert command_context(tmp_path).config_file is None

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memory_core.cli_context import command_context
+from memory_core.cli_context import CommandContext, command_context
 from memory_core.cli_support import (
     ConfigOpt,
     FormatOpt,
@@ -19,7 +19,6 @@ from memory_core.cli_support import (
     NowOpt,
     OutputFormat,
     emit,
-    prefect_env,
 )
 
 
@@ -63,7 +62,7 @@ def forget(
         emit({"request_id": request_id, "status": "pending", "kind": kind}, fmt)
         return
     embedder = None  # built by the stage only if a digest must be re-embedded
-    orchestrator = _orchestrator(settings)
+    orchestrator = _orchestrator(cmd)
     if kind == "subject":
         receipt = stage.forget_subject(
             stores, settings, ctx, target, tenant_id=tenant, embedder=embedder,
@@ -77,10 +76,10 @@ def forget(
     emit(receipt, fmt)
 
 
-def _orchestrator(settings: Any) -> Any:
+def _orchestrator(cmd: CommandContext) -> Any:
     """Prefect's copies are forgotten too (flows/privacy.py): through its API when one is
     configured, and in the home's own Prefect database and result files."""
-    prefect_env(settings)
+    settings = cmd.prefect()
     from memory_core.orchestration import orchestrator
 
     return orchestrator().prefect_store(settings.home)

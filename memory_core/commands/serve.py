@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from memory_core.cli_context import command_context
-from memory_core.cli_support import ConfigOpt, HomeOpt, _state
+from memory_core.cli_support import ConfigOpt, HomeOpt
 from memory_core.orchestration import orchestrator
 
 
@@ -79,7 +79,7 @@ def serve(
         interval_s=interval,
         port=port,
         start_server=start_server,
-        config=config or _state.get("config"),
+        config=cmd.config_file,
         say=say,
     )
 
