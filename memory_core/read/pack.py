@@ -4,7 +4,9 @@ Procedures are served only in their latest approved version, and only when every
 holds for the state the caller passed; an older active version (a supersession still in
 flight, or a data error) is left out with its reason rather than served twice. Packing is
 greedy by score: a record that does not fit the remaining budget is skipped (and says so), and
-a smaller one below it may still fit. Every candidate leaves with a decision and a reason.
+a smaller one below it may still fit. A fact whose every evidence episode is already packed
+is skipped too (its statements are served verbatim; the budget goes to the next record).
+Every candidate leaves with a decision and a reason.
 """
 
 from __future__ import annotations
@@ -187,18 +189,41 @@ def pack(
     """Greedy by score into ``budget_tokens``, at most ``k`` records; reasons for the rest."""
     chosen: list[Candidate] = []
     left: list[tuple[Candidate, str]] = []
+    served: set[str] = set()  # episodes already packed
     used = 0
     for cand in ranked:
         tokens = estimate_tokens(display_text(cand.table, cand.row), chars_per_token)
         cand.row["_tokens"] = tokens
+        cited = _evidence_episodes(cand)
         if len(chosen) >= k:
             left.append((cand, f"below the top {k}"))
+        elif cited and cited <= served:
+            # every statement it rests on is already served verbatim: the budget goes further
+            left.append((cand, "covered by its served evidence: " + ", ".join(sorted(cited))))
         elif used + tokens > budget_tokens:
             left.append((cand, f"over token budget (needs {tokens}, {budget_tokens - used} left)"))
         else:
             chosen.append(cand)
             used += tokens
+            if cand.table == "episodes":
+                served.add(cand.record_id)
     return chosen, left, used
+
+
+def _evidence_episodes(cand: Candidate) -> set[str]:
+    """The episodes a fact rests on (its provenance); empty for anything else, or when a
+    source is not an episode (a corpus document, another fact: not covered by turns)."""
+    if cand.table != "facts":
+        return set()
+    provenance = decode_json(cand.row.get("provenance"))
+    if not isinstance(provenance, list) or not provenance:
+        return set()
+    ids = set()
+    for p in provenance:
+        if not isinstance(p, dict) or p.get("source_kind", "episode") != "episode":
+            return set()
+        ids.add(str(p.get("source_id")))
+    return ids
 
 
 def _pitfall_key(row: Mapping[str, Any]) -> str | None:
