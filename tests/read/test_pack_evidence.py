@@ -1,5 +1,6 @@
 """Packing does not spend budget twice on one statement: a fact whose every evidence episode
-is already packed is left out (with the reason), so the next record fits instead."""
+is already packed, or an episode a packed fact rests on, is left out (with the reason), so the
+next record fits instead."""
 
 from __future__ import annotations
 
@@ -38,11 +39,20 @@ def test_a_fact_is_kept_when_any_evidence_is_not_served_or_not_an_episode() -> N
         _episode("e1", 0.9),
         _fact("part", 0.8, [("e1", "episode"), ("e3", "episode")]),
         _fact("doc", 0.7, [("e1", "episode"), ("kb1", "corpus")]),
-        _fact("first", 0.95, [("e1", "episode")]),  # ranked first: packed before its turn
     ]
-    ranked.sort(key=lambda c: -c.score)
     chosen, left, _ = pack(ranked, k=10, budget_tokens=1000, chars_per_token=4.0)
-    assert [c.record_id for c in chosen] == ["first", "e1", "part", "doc"] and not left
+    assert [c.record_id for c in chosen] == ["e1", "part", "doc"] and not left
+
+
+def test_a_turn_a_higher_ranked_fact_rests_on_leaves_room_for_the_next() -> None:
+    ranked = [
+        _fact("f1", 0.95, [("e1", "episode")]),
+        _episode("e1", 0.9),
+        _episode("e2", 0.7),
+    ]
+    chosen, left, used = pack(ranked, k=10, budget_tokens=40, chars_per_token=4.0)
+    assert [c.record_id for c in chosen] == ["f1", "e2"] and used == 40
+    assert [(c.record_id, r) for c, r in left] == [("e1", "covered by served fact f1")]
 
 
 @given(
@@ -64,7 +74,11 @@ def test_only_facts_fully_covered_by_packed_turns_are_left_out_as_covered(
     chosen, left, used = pack(ranked, k=8, budget_tokens=budget, chars_per_token=4.0)
     assert used <= budget and len(chosen) <= 8
     served = {c.record_id for c in chosen if c.table == "episodes"}
+    facts = {c.record_id: c for c in chosen if c.table == "facts"}
     for cand, reason in left:
-        if reason.startswith("covered by"):
+        if reason.startswith("covered by served fact "):
+            fact = facts[reason.rsplit(" ", 1)[1]]  # packed, and it names this episode
+            assert cand.table == "episodes" and cand.record_id in fact.row["provenance"]
+        elif reason.startswith("covered by"):
             cited = set(reason.split(": ", 1)[1].split(", "))
             assert cand.table == "facts" and cited and cited <= served
