@@ -379,7 +379,7 @@ class Recaller:
         *,
         tenant_id: str,
         subject_id: str | None = None,
-        memory_type: MemoryType | str | None = None,
+        memory_type: MemoryType | str | Collection[MemoryType | str] | None = None,
         as_of: datetime | None = None,
         known_at: datetime | None = None,
         now: datetime | None = None,
@@ -394,11 +394,12 @@ class Recaller:
     ) -> RecallResult:
         """Records of ``tenant_id`` (and ``subject_id``) relevant to ``query``, best first.
 
-        ``as_of`` asks about a past valid time (current knowledge of it unless ``known_at``
-        names a transaction time too); ``state`` is what the caller knows of its environment
-        (procedures apply only when all their preconditions hold in it); ``sensitivity``
-        defaults to ``recall.allowed_sensitivity``. Raises MemoryUnavailable when the store
-        cannot be read, ValueError on bad arguments.
+        ``memory_type`` is one class or several (ranked and packed together, as for all
+        classes when it is None); ``as_of`` asks about a past valid time (current knowledge of
+        it unless ``known_at`` names a transaction time too); ``state`` is what the caller
+        knows of its environment (procedures apply only when all their preconditions hold in
+        it); ``sensitivity`` defaults to ``recall.allowed_sensitivity``. Raises
+        MemoryUnavailable when the store cannot be read, ValueError on bad arguments.
         """
         started = time.perf_counter()
         if not query.strip():
@@ -427,7 +428,7 @@ class Recaller:
             namespace=namespace,
             include_stale=include_stale,
         )
-        types = [MemoryType(memory_type)] if memory_type else list(MemoryType)
+        types = _memory_types(memory_type)
         tables = [t for m in types for t in CLASS_TABLES[m]]
         vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         limit = max(cfg.candidates_per_table, k)
@@ -486,6 +487,16 @@ class Recaller:
             len(chosen),
         )
         return RecallResult(records=records, query_record=query_record)
+
+
+def _memory_types(
+    value: MemoryType | str | Collection[MemoryType | str] | None,
+) -> list[MemoryType]:
+    """The asked classes in their canonical order; None (or empty) means every class."""
+    if not value:
+        return list(MemoryType)
+    asked = {MemoryType(value)} if isinstance(value, str) else {MemoryType(v) for v in value}
+    return [m for m in MemoryType if m in asked]
 
 
 def recall(

@@ -4,10 +4,12 @@ turn what is served into recall@k, answer-in-context, stale, out-of-scope and bu
 Arms (the issue's ablation at retrieval level), each a set of memory classes the agent reads:
 ``no_memory`` (nothing), ``episodes`` (episodes and digests), ``facts_only`` (facts alone),
 ``episodes_facts`` (+ facts) and
-``episodes_facts_procedures`` (+ procedures). Each class is recalled with the same call and
-options, the results of the arm's classes are merged by score and packed again into the same
-token budget, so the arms differ only in what they may read. Scope is checked on every call
-before merging: a record of another tenant or subject served by any call counts.
+``episodes_facts_procedures`` (+ procedures). Each arm asks recall for its classes in one call
+(one ranking and one packing over them, as an agent asking those classes gets), with the same
+options, once per subject the question may be about; those calls are merged by score and
+packed again by the read path's ``pack`` into the same token budget, so the arms differ only
+in what they may read. Scope is checked on every call before merging: a record of another
+tenant or subject served by any call counts.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from memory_core.config import RecallConfig
 from memory_core.embed import Embedder
 from memory_core.eval import metrics
 from memory_core.read.filters import CLASS_TABLES, MemoryType
-from memory_core.read.pack import display_text, estimate_tokens
+from memory_core.read.pack import display_text, pack
+from memory_core.read.rank import Candidate
 from memory_core.recall import Recaller
 from memory_core.stores.lance import sql_quote
 
@@ -123,6 +126,7 @@ class RetrievalRun:
     forbidden_asked: int = 0
     utilisation: list[float] = field(default_factory=list)
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    detail: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         arms = {
@@ -163,22 +167,28 @@ def _sources(record: Mapping[str, Any]) -> set[str]:
 def _merge(calls: Sequence[list[dict[str, Any]]], *, k: int, budget: int, cpt: float) -> tuple[
     list[dict[str, Any]], int
 ]:  # fmt: skip
+    """One context from the records several recall calls served (one per subject a question
+    may be about): the best-scored copy of each record, ranked by score and packed again by
+    the read path's own ``pack`` (budget, record limit, one statement not paid for twice), so
+    the context measured is the one an agent asking the same classes would get."""
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for records in calls:
         for rec in records:
             key = (str(rec.get("table")), str(rec.get("record_id")))
             if key not in best or (rec.get("score") or 0) > (best[key].get("score") or 0):
                 best[key] = rec
-    ranked = sorted(best.values(), key=lambda r: (-(r.get("score") or 0), str(r["record_id"])))
-    packed, used = [], 0
-    for rec in ranked:
-        if len(packed) >= k:
-            break
-        tokens = estimate_tokens(display_text(str(rec.get("table")), rec), cpt)
-        if used + tokens <= budget:
-            packed.append(rec)
-            used += tokens
-    return packed, used
+    ranked = sorted(
+        best.values(),
+        key=lambda r: (-(r.get("score") or 0), str(r.get("table")), str(r["record_id"])),
+    )
+    cands = [
+        Candidate(
+            str(r.get("table")), str(r["record_id"]), dict(r), score=float(r.get("score") or 0)
+        )
+        for r in ranked
+    ]
+    chosen, _, used = pack(cands, k=k, budget_tokens=budget, chars_per_token=cpt)
+    return [c.row for c in chosen], used
 
 
 def run_queries(
@@ -188,9 +198,14 @@ def run_queries(
     now: datetime,
     k: int,
     budget_tokens: int,
+    detail: bool = False,
 ) -> RetrievalRun:
-    """Ask every query in every arm; return the counts (see ``RetrievalRun.as_dict``)."""
-    run = RetrievalRun(k=k, budget_tokens=budget_tokens)
+    """Ask every query in every arm; return the counts (see ``RetrievalRun.as_dict``).
+
+    Each arm asks recall for its classes together (one ranking and one packing, as an agent
+    asking those classes gets), once per subject the question may be about; ``detail`` keeps
+    per query and arm what was served and whether it counted (``RetrievalRun.detail``)."""
+    run = RetrievalRun(k=k, budget_tokens=budget_tokens, detail=[] if detail else None)
     cpt = memory.config.chars_per_token
     holds: dict[tuple[str, str], bool] = {}
     if isinstance(memory.embedder, MemoEmbedder):
@@ -215,13 +230,16 @@ def run_queries(
         run.with_answer += bool(query.answers)
         kind = run.by_kind.setdefault(query.kind, {"queries": 0, "hits": 0, "answered": 0})
         kind["queries"] += 1
-        per_type: dict[str, list[dict[str, Any]]] = {}
-        for memory_type in ARMS[FULL_ARM]:
+        served_by: dict[tuple[str, ...], list[list[dict[str, Any]]]] = {}
+        for types in ARMS.values():
+            asked = tuple(t for t in types if has_rows(query.tenant_id, t))
+            if asked in served_by:
+                continue  # an arm whose other classes hold nothing reads what another arm read
             calls = []
-            for subject in query.subjects if has_rows(query.tenant_id, memory_type) else ():
+            for subject in query.subjects if asked else ():
                 result = memory.recall(
                     query.text, tenant_id=query.tenant_id, subject_id=subject,
-                    memory_type=memory_type, now=now, k=k, budget_tokens=budget_tokens,
+                    memory_type=asked, now=now, k=k, budget_tokens=budget_tokens,
                     state=dict(query.state), sensitivity=sensitivity,
                 )  # fmt: skip
                 for rec in result.records:
@@ -229,9 +247,11 @@ def run_queries(
                     run.stale += metrics.stale_record(rec, now)
                     run.out_of_scope += metrics.wrong_scope_record(rec, query.tenant_id, subject)
                 calls.append(result.records)
-            per_type[memory_type] = [r for records in calls for r in records]
+            served_by[asked] = calls
+        detail: dict[str, Any] = {}
         for arm, types in ARMS.items():
-            packed, used = _merge([per_type[t] for t in types], k=k, budget=budget_tokens, cpt=cpt)
+            asked = tuple(t for t in types if has_rows(query.tenant_id, t))
+            packed, used = _merge(served_by[asked], k=k, budget=budget_tokens, cpt=cpt)
             served_ids = set().union(*(_sources(r) for r in packed)) if packed else set()
             ranked = [str(r["record_id"]) for r in packed]
             hit = bool(query.relevant) and bool(served_ids & query.relevant)
@@ -241,6 +261,8 @@ def run_queries(
             )
             run.hits[arm] = run.hits.get(arm, 0) + hit
             run.answered[arm] = run.answered.get(arm, 0) + answered
+            if run.detail is not None:
+                detail[arm] = {"hit": hit, "answered": answered, "served": ranked}
             if arm == FULL_ARM:
                 run.utilisation.append(metrics.budget_utilisation(used, budget_tokens))
                 kind["hits"] += hit
@@ -248,4 +270,6 @@ def run_queries(
                 if query.forbidden:
                     run.forbidden_asked += 1
                     run.forbidden_served += bool(set(ranked) & query.forbidden)
+        if run.detail is not None:
+            run.detail.append({"query": query.text, "relevant": sorted(query.relevant)} | detail)
     return run

@@ -8,7 +8,14 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embed import HashEmbedder
-from memory_core.eval.retrieval import MemoEmbedder, Query, evenly, open_reader, run_queries
+from memory_core.eval.retrieval import (
+    MemoEmbedder,
+    Query,
+    _merge,
+    evenly,
+    open_reader,
+    run_queries,
+)
 from memory_core.stores import Stores
 from tests.conftest import NOW, episode, lines_of
 
@@ -69,3 +76,18 @@ def test_run_queries_arms_scope_and_forbidden(
     assert run["forbidden_probes"] == 1 and run["forbidden_served"] == 0
     assert 0 < run["context_budget_utilisation"] <= 1
     assert run["by_kind"] == {"q": {"queries": 1, "hits": 1, "answered": 1}}
+
+
+def test_merge_packs_through_the_read_path_and_pays_for_a_statement_once() -> None:
+    """Two subjects' calls merged: the best copy of each record, packed by ``read/pack.pack``,
+    so a fact whose evidence turn is packed leaves its budget to the next record."""
+    turn = {"table": "episodes", "record_id": "e1", "score": 0.9, "text": "t" * 80}
+    fact = {
+        "table": "facts", "record_id": "f1", "score": 0.8, "text": "f" * 80,
+        "provenance": [{"source_id": "e1", "source_kind": "episode"}],
+    }  # fmt: skip
+    other = {"table": "episodes", "record_id": "e2", "score": 0.7, "text": "o" * 80}
+    weaker_copy = dict(turn, score=0.1)
+    packed, used = _merge([[weaker_copy, fact], [turn, other]], k=10, budget=40, cpt=4.0)
+    assert [r["record_id"] for r in packed] == ["e1", "e2"] and used == 40
+    assert packed[0]["score"] == 0.9  # the best-scored copy of a record served twice

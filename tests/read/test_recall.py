@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -377,6 +378,22 @@ def test_episodes_and_digests_are_the_episodic_class(lance, memory, embedder):
     got = memory.recall("vpn 720", tenant_id="acme", subject_id="u1", memory_type="episodic")
     assert sorted(ids(got)) == ["d1", "e1"]
     assert {r["memory_type"] for r in got.records} == {"episodic"}
+
+
+def test_several_classes_are_ranked_and_packed_together(lance, memory, embedder):
+    write_rows(lance, "episodes", [make_row("episodes", embedder, "e1", text="vpn 720 fixed")])
+    evidence = json.dumps([{"source_id": "e1", "source_kind": "episode"}])
+    write_rows(lance, "facts", [fact(embedder, "f1", text="vpn 720 fact", provenance=evidence)])
+    write_rows(lance, "procedures", [make_row("procedures", embedder, "p1", text="vpn 720 fix")])
+    got = memory.recall(
+        "vpn 720", tenant_id="acme", subject_id="u1", memory_type=["semantic", "episodic"]
+    )
+    assert got.query_record["memory_types"] == ["episodic", "semantic"]
+    assert {r["table"] for r in got.records} <= {"episodes", "facts"}
+    # one packing over both classes: the fact and the turn it rests on are one statement
+    assert len({"e1", "f1"} & set(ids(got))) == 1
+    left = {x["record_id"]: x["reason"] for x in got.query_record["left_out"]}
+    assert left.get("e1", left.get("f1", "")).startswith("covered by")
 
 
 def test_vector_index_is_built_once_and_only_when_big_enough(lance, memory, embedder):
