@@ -34,7 +34,7 @@ from typing import Any
 
 from memory_core.lifecycle import HISTORICAL, SERVED, STALE
 from memory_core.models import Authority
-from memory_core.stores.filters import ts_literal
+from memory_core.stores.filters import in_list, ts_literal
 from memory_core.stores.lance import sql_quote
 
 __all__ = [
@@ -104,13 +104,6 @@ class FilterSpec:
         return out
 
 
-def _in_list(column: str, values: tuple[str, ...] | frozenset[str]) -> str:
-    items = sorted(values)
-    if len(items) == 1:
-        return f"{column} = {sql_quote(items[0])}"
-    return f"{column} IN ({', '.join(sql_quote(v) for v in items)})"
-
-
 def scope_where(spec: FilterSpec) -> str:
     """Tenant and subject scope alone: what ``explain`` searches to find near misses."""
     tenant = f"tenant_id = {sql_quote(spec.tenant_id)}"
@@ -124,7 +117,7 @@ def compile_where(spec: FilterSpec, table: str) -> str:
     parts = [scope_where(spec)]
     if spec.namespace is not None:
         parts.append(f"namespace = {sql_quote(spec.namespace)}")
-    parts.append(_in_list("status", spec.statuses()))
+    parts.append(in_list("status", spec.statuses()))
     if spec.known_at is None:
         parts.append("recorded_to IS NULL")
     else:
@@ -138,7 +131,7 @@ def compile_where(spec: FilterSpec, table: str) -> str:
     if not spec.sensitivity:
         parts.append("false")  # nothing is allowed: say so rather than fall back to anything
     else:
-        parts.append(_in_list("sensitivity", spec.sensitivity))
+        parts.append(in_list("sensitivity", spec.sensitivity))
     if spec.purpose is not None:
         parts.append(f"(purpose IS NULL OR purpose = {sql_quote(spec.purpose)})")
     if table == "procedures":

@@ -31,7 +31,6 @@ from memory_core.stores.meta import MetaStore
 __all__ = [
     "DoneSession",
     "ExtractedFactRow",
-    "delete_extracted_for_episodes",
     "done_sessions",
     "extracted_facts",
     "fact_digests",
@@ -195,33 +194,6 @@ def set_fact_groups(meta: MetaStore, groups: dict[str, tuple[str, str]]) -> None
             "UPDATE extracted_facts SET group_predicate = ?, group_object = ? WHERE fact_id = ?",
             [(p, o, fid) for fid, (p, o) in sorted(groups.items())],
         )
-
-
-def delete_extracted_for_episodes(meta: MetaStore, episode_ids: Iterable[str]) -> int:
-    """Forgetting reaches extracted facts (invariant 7): drop every fact any of these episodes
-    is evidence of, and the done marks of their sessions (so nothing is re-derived from a
-    stale answer: the session is extracted again from what is left)."""
-    ids = sorted(set(episode_ids))
-    if not ids:
-        return 0
-    with meta.transaction() as con:
-        hit = con.execute(
-            "SELECT fact_id, tenant_id, namespace, session_key FROM extracted_facts "
-            "WHERE len(list_intersect(CAST(evidence AS VARCHAR[]), ?)) > 0",
-            [ids],
-        ).fetchall()
-        if not hit:
-            return 0
-        con.execute(
-            "DELETE FROM extracted_facts WHERE list_contains(?, fact_id)", [[h[0] for h in hit]]
-        )
-        for tenant, namespace, session in sorted({(h[1], h[2], h[3]) for h in hit}):
-            con.execute(
-                "DELETE FROM extract_sessions WHERE tenant_id = ? AND namespace = ? "
-                "AND session_key = ?",
-                [tenant, namespace, session],
-            )
-    return len(hit)
 
 
 def ungrouped_subjects(meta: MetaStore) -> set[tuple[str, str, str]]:

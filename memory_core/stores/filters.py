@@ -39,11 +39,17 @@ def ts_literal(value: datetime) -> str:
 
 
 def in_list(column: str, values: Iterable[str]) -> str:
-    """``column IN (...)`` over the distinct values, sorted (the same filter for the same set).
+    """``column IN (...)`` over the distinct values, sorted (the same filter for the same set);
+    one value is an equality, which Lance's scalar indices answer directly.
 
     Examples
     --------
     >>> in_list("fact_id", ["b", "a", "b"])
     "fact_id IN ('a', 'b')"
+    >>> in_list("status", ["active"])
+    "status = 'active'"
     """
-    return f"{column} IN ({', '.join(sql_quote(v) for v in sorted(set(values)))})"
+    items = sorted(set(values))
+    if len(items) == 1:
+        return f"{column} = {sql_quote(items[0])}"
+    return f"{column} IN ({', '.join(sql_quote(v) for v in items)})"
