@@ -12,13 +12,10 @@ are read only here, after the fact, to score:
 
 - ARI / NMI of the trajectories' clusters against the intents, next to k-means told the true
   number of intents on the same episode vectors;
-- learnable intents: >= 3 successful runs from >= 2 users. For each, whether a procedural
-  candidate exists (and whether one passed the policy) whose world-changing steps (as a set
-  of tool names) equal the intent's world-changing gold actions (the same read-only rules);
-- procedure precision: candidates whose world-changing steps equal those of the intent of
-  every supporting run, among passing candidates and among all procedural candidates;
-- failed runs of learnable intents linked to their intent's procedure as counterexamples or
-  pitfall evidence.
+- the issue's procedure checks (``memory_core.eval.tau_checks``, the same function the
+  evaluation reports): learnable intents with a procedure whose world-changing steps equal
+  the intent's, procedure precision (passing / all candidates), failed runs linked as
+  counterexamples or pitfall evidence.
 
 Prints JSON.
 """
@@ -31,9 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -50,12 +45,6 @@ def memctl(home: Path, *args: str, config: Path | None, env: dict[str, str]) -> 
     return done.stdout
 
 
-def world_changing(names: set[str], settings: Any, namespace: str) -> frozenset[str]:
-    from memory_core.step_abstract import is_read_only
-
-    return frozenset(n for n in names if not is_read_only(n, settings.steps, namespace))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--path", type=Path, default=DEFAULT)
@@ -70,14 +59,10 @@ def main() -> None:
 
     from memory_core.config import load_settings
     from memory_core.eval.tau_bench import convert_tau_bench, load_tau_bench
+    from memory_core.eval.tau_checks import procedure_checks
 
     items = load_tau_bench(args.path)
     conversion = convert_tau_bench(items)
-    gold_names = {}
-    for item in items:
-        sid = f"task{item['task_id']}-trial{item['trial']}"
-        actions = ((item.get("info") or {}).get("task") or {}).get("actions") or []
-        gold_names[sid] = {str(a["name"]) for a in actions if a.get("name")}
     trajectories = conversion.trajectories
     intent = conversion.intent_of_episode
     session_of = {t["episode_id"]: t["session_id"] for t in trajectories}
@@ -117,7 +102,6 @@ def main() -> None:
             ).fetchall():
                 selection.append(json.loads(detail)["choice"])
 
-    namespace = trajectories[0]["namespace"]
     members = {m: c["cluster_id"] for c in clusters for m in c["member_ids"]}
     gold = [intent[i] for i in ids]
     ours = [members.get(i, f"unclustered:{i}") for i in ids]
@@ -127,59 +111,7 @@ def main() -> None:
     message_clustered = sum(1 for e in conversion.episodes if e["episode_id"] in members
                             and e["episode_id"] not in session_of)  # fmt: skip
 
-    outcome = {t["episode_id"]: t["outcome"] for t in trajectories}
-    user = {t["episode_id"]: t["subject_id"] for t in trajectories}
-    wc_gold = {i: world_changing(gold_names[session_of[i]], settings, namespace) for i in ids}
-    by_intent: dict[str, list[str]] = defaultdict(list)
-    for i in ids:
-        by_intent[intent[i]].append(i)
-    learnable = sorted(
-        name for name, eps in by_intent.items()
-        if sum(outcome[e] == "success" for e in eps) >= 3
-        and len({user[e] for e in eps if outcome[e] == "success"}) >= 2
-    )  # fmt: skip
-
-    procs = [c for c in candidates if c["kind"] == "procedural"]
-    pitfalls = [c for c in candidates if (c.get("stats") or {}).get("pitfall")]
-    passing_status = {"pending_score", "pending_review", "approved", "promoted"}
-
-    def tools(c: dict[str, Any]) -> frozenset[str]:
-        steps = (c.get("stats") or {}).get("world_changing_steps")
-        if steps is None:
-            steps = c["procedure"]["steps"]
-        return frozenset(s.split("(", 1)[0] for s in steps)
-
-    def correct(c: dict[str, Any]) -> bool:
-        support = [s for s in c["support_ids"] if s in wc_gold]
-        return bool(support) and all(wc_gold[s] == tools(c) for s in support)
-
-    per_intent = {}
-    linked_total = failed_total = 0
-    for name in learnable:
-        eps = by_intent[name]
-        target = wc_gold[eps[0]]
-        mine = [c for c in procs if tools(c) == target
-                and Counter(intent.get(s) for s in c["support_ids"]).most_common(1)[0][0] == name]  # fmt: skip
-        failed = [e for e in eps if outcome[e] == "failure"]
-        linked = set()
-        for c in mine:
-            linked |= set(c["counterexample_ids"]) & set(failed)
-            for p in pitfalls:
-                if p["stats"].get("pitfall_of") == c["candidate_id"]:
-                    linked |= set(p["support_ids"]) & set(failed)
-        linked_total += len(linked)
-        failed_total += len(failed)
-        per_intent[name or "(no gold action)"] = {
-            "runs": len(eps),
-            "successes": sum(outcome[e] == "success" for e in eps),
-            "world_changing_gold": sorted(target),
-            "procedure": bool(mine),
-            "procedure_passing": any(c["status"] in passing_status for c in mine),
-            "steps": mine[0]["procedure"]["steps"] if mine else None,
-            "failed_runs": len(failed),
-            "failed_linked": len(linked),
-        }
-    passing = [c for c in procs if c["status"] in passing_status]
+    checks = procedure_checks(candidates, trajectories, intent, settings.steps)
     result = {
         "path": str(args.path),
         "embedder": args.embedder,
@@ -195,23 +127,7 @@ def main() -> None:
         "kmeans_true_k_ari": round(float(adjusted_rand_score(gold, km)), 4),
         "kmeans_true_k_nmi": round(float(normalized_mutual_info_score(gold, km)), 4),
         "selection": selection,
-        "learnable_intents": len(learnable),
-        "learnable_with_procedure": sum(v["procedure"] for v in per_intent.values()),
-        "learnable_with_passing_procedure": sum(
-            v["procedure_passing"] for v in per_intent.values()
-        ),
-        "per_intent": per_intent,
-        "procedural_candidates": len(procs),
-        "procedural_passing": len(passing),
-        "precision_passing": round(sum(map(correct, passing)) / len(passing), 4)
-        if passing
-        else None,
-        "precision_all": round(sum(map(correct, procs)) / len(procs), 4) if procs else None,
-        "pitfalls": len(pitfalls),
-        "pitfalls_passing": sum(p["status"] in passing_status for p in pitfalls),
-        "failed_runs_of_learnable": failed_total,
-        "failed_linked": linked_total,
-        "failed_linked_rate": round(linked_total / failed_total, 4) if failed_total else None,
+        **{k: v for k, v in checks.items() if "promoted" not in k},  # nothing is promoted
     }
     print(json.dumps(result, indent=2))
 

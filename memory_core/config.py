@@ -122,9 +122,17 @@ _READ_ONLY_PREFIXES = [
     "view_", "describe_", "check_", "count_", "calculate", "compute_", "think",
 ]  # fmt: skip
 
+#: Hand-offs and escalations: they pass the conversation on rather than read or change data.
+_CONTROL_PREFIXES = [
+    "transfer_to_human", "transfer_to_agent", "transfer_to_live", "handoff", "hand_off",
+    "escalate", "connect_to_human", "connect_to_agent", "route_to_human", "request_human",
+]  # fmt: skip
+
 
 class StepRules(BaseModel):
-    """Which tools only read (lookups) and which change the world; one namespace's view."""
+    """Which tools only read (lookups), which hand control on (hand-offs, escalations) and
+    which change the world; one namespace's view. Explicit lists beat prefixes
+    (``world_changing_tools`` first), read-only prefixes beat control prefixes."""
 
     model_config = _SECTION
     read_only_prefixes: list[str] = Field(
@@ -134,6 +142,13 @@ class StepRules(BaseModel):
     read_only_tools: list[str] = Field(default_factory=list, description="always read-only")
     world_changing_tools: list[str] = Field(
         default_factory=list, description="always world-changing (beats prefixes)"
+    )
+    control_prefixes: list[str] = Field(
+        default_factory=lambda: list(_CONTROL_PREFIXES),
+        description="a tool whose name starts with one of these hands the conversation on",
+    )
+    control_tools: list[str] = Field(
+        default_factory=list, description="always a hand-off/escalation (control) step"
     )
 
 

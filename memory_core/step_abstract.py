@@ -14,12 +14,23 @@ no evidence that it can vary). Types are inferred generically from the values an
 (ISO dates, amounts, ids, e-mail addresses, short repeated words = enumerations), never from
 a list written for one data set.
 
-Read-only steps (lookups) are told apart from steps that change the world by
+Every step has one of three classes (:func:`step_class`, rules in
 :class:`memory_core.config.StepsConfig`: explicit tool lists first, then name prefixes; each
-namespace may override the tenant-wide defaults. Mining keys a pattern on the world-changing
-steps (consecutive repeats collapsed: a retried call is one step; a call the tool refused with
-an error is no step at all), so lookups that differ from run to run do not split one procedure
-into many.
+namespace may override the tenant-wide defaults):
+
+* ``read_only``: a lookup (``get_``, ``search_`` ...);
+* ``control``: a hand-off or escalation (``transfer_to_human_agents``, ``escalate_...``). It
+  passes the conversation on: it neither reads nor changes the data the task is about, and it
+  is not how a goal is reached, so it is no part of a procedure's key (a run that changed a
+  booking and then handed off did the same change as one that did not hand off), yet it is
+  not a lookup either: a procedure shows it after its world-changing steps when most of its
+  supporting runs ended with it, and clustering weighs it as fully as a change (what the agent
+  could not do says what was asked);
+* ``world_changing``: everything else, including every free-text (v1) action.
+
+Mining keys a pattern on the world-changing steps (consecutive repeats collapsed: a retried
+call is one step; a call the tool refused with an error is no step at all), so lookups that
+differ from run to run do not split one procedure into many.
 
 Examples
 --------
@@ -36,7 +47,7 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from memory_core.config import StepsConfig
 from memory_core.steps import Step, ToolCall, as_step
@@ -46,14 +57,18 @@ __all__ = [
     "AbstractStep",
     "Variable",
     "abstract_steps",
+    "changes_world",
     "is_read_only",
     "pattern_of",
     "policy_steps",
+    "step_class",
     "step_signature",
     "value_kind",
 ]
 
 MAX_EXAMPLES = 3
+
+StepClass = Literal["read_only", "control", "world_changing"]
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}")
@@ -131,20 +146,37 @@ def _prefix_match(tool: str, prefixes: Iterable[str]) -> bool:
     return any(low.startswith(p.lower()) for p in prefixes)
 
 
-def is_read_only(tool: str, config: StepsConfig, namespace: str | None = None) -> bool:
-    """Whether a tool only reads: namespace override, then explicit lists, then prefixes.
+def step_class(tool: str, config: StepsConfig, namespace: str | None = None) -> StepClass:
+    """``read_only``, ``control`` or ``world_changing``: namespace override, then the explicit
+    lists (world-changing, read-only, control), then prefixes (read-only before control).
 
-    Free-text (v1) actions are never read-only unless listed: a written-out action such as
-    "restart service" is what the agent did, so it belongs to the pattern.
+    Free-text (v1) actions always change the world unless listed: a written-out action such
+    as "restart service" is what the agent did, so it belongs to the pattern.
     """
     rules = config.for_namespace(namespace)
     if tool in rules.world_changing_tools:
-        return False
+        return "world_changing"
     if tool in rules.read_only_tools:
-        return True
+        return "read_only"
+    if tool in rules.control_tools:
+        return "control"
     if not re.fullmatch(r"[A-Za-z_][\w.\-]*", tool):
-        return False  # free text, not a tool name
-    return _prefix_match(tool, rules.read_only_prefixes)
+        return "world_changing"  # free text, not a tool name
+    if _prefix_match(tool, rules.read_only_prefixes):
+        return "read_only"
+    if _prefix_match(tool, rules.control_prefixes):
+        return "control"
+    return "world_changing"
+
+
+def is_read_only(tool: str, config: StepsConfig, namespace: str | None = None) -> bool:
+    """Whether a tool only reads (a lookup)."""
+    return step_class(tool, config, namespace) == "read_only"
+
+
+def changes_world(tool: str, config: StepsConfig, namespace: str | None = None) -> bool:
+    """Whether a tool is a world-changing step (neither a lookup nor a hand-off)."""
+    return step_class(tool, config, namespace) == "world_changing"
 
 
 def _collapse(items: Iterable[str]) -> tuple[str, ...]:
@@ -164,8 +196,9 @@ def pattern_of(
     nothing, so a run whose only change was refused did the same as a run that changed
     nothing, and a retry that finally worked is one step.
 
-    An episode whose every step is a lookup has the empty pattern ``()`` (it changed nothing:
-    an answer, a refusal); callers tell that apart from an episode without actions.
+    An episode whose every step is a lookup or a hand-off has the empty pattern ``()`` (it
+    changed nothing: an answer, a refusal, an escalation); callers tell that apart from an
+    episode without actions.
     """
     sigs = []
     for raw in actions or ():
@@ -173,7 +206,7 @@ def pattern_of(
         if isinstance(step, ToolCall) and step.failed:
             continue  # the tool said no: the call changed nothing
         tool = step.tool if isinstance(step, ToolCall) else step
-        if not is_read_only(tool, config, namespace):
+        if changes_world(tool, config, namespace):
             sigs.append(step_signature(step))
     return _collapse(sigs)
 
@@ -208,6 +241,11 @@ class AbstractStep:
     read_only: bool
     calls: int
     variables: list[Variable] = field(default_factory=list)
+    control: bool = False  # a hand-off/escalation: neither a lookup nor a change
+
+    @property
+    def changes_world(self) -> bool:
+        return not self.read_only and not self.control
 
     def text(self) -> str:
         """``tool(key=$var, key=constant)``: what a procedure shows."""
@@ -233,6 +271,7 @@ class AbstractStep:
             "signature": self.signature,
             "text": self.text(),
             "read_only": self.read_only,
+            **({"control": True} if self.control else {}),
             "calls": self.calls,
             "args": [v.as_dict() for v in self.variables],
         }
@@ -298,15 +337,19 @@ def abstract_steps(
     for sig, steps in sorted(calls.items()):
         first = steps[0]
         if isinstance(first, str):
-            ro = is_read_only(first, config, namespace)
-            out[sig] = AbstractStep(sig, first, ro, len(steps))
+            kind = step_class(first, config, namespace)
+            out[sig] = AbstractStep(
+                sig, first, kind == "read_only", len(steps), control=kind == "control"
+            )
             continue
         keys = sorted(first.args)
         variables = [
             _variable(k, [s.args.get(k) for s in steps if isinstance(s, ToolCall)]) for k in keys
         ]
-        ro = is_read_only(first.tool, config, namespace)
-        out[sig] = AbstractStep(sig, first.tool, ro, len(steps), variables)
+        kind = step_class(first.tool, config, namespace)
+        out[sig] = AbstractStep(
+            sig, first.tool, kind == "read_only", len(steps), variables, kind == "control"
+        )
     return out
 
 
@@ -317,10 +360,12 @@ def policy_steps(
     config: StepsConfig,
     namespace: str | None = None,
 ) -> list[AbstractStep]:
-    """The steps a procedure shows: common lookups first, then the pattern's steps in order.
+    """The steps a procedure shows: common lookups first, then the pattern's steps in order,
+    then common hand-offs.
 
-    A lookup is shown when at least half of the supporting episodes made it (ordered by where
-    it first appears on average); the world-changing steps are the pattern itself.
+    A lookup or a hand-off (``control``) is shown when at least half of the supporting
+    episodes made it (ordered by where it first appears on average); the world-changing steps
+    are the pattern itself. A hand-off closes a run, so it comes last.
     """
     first_seen: dict[str, list[int]] = {}
     for actions in support_actions:
@@ -332,19 +377,17 @@ def policy_steps(
             seen.add(sig)
             first_seen.setdefault(sig, []).append(index)
     need = max(1, (len(support_actions) + 1) // 2)
-    lookups = sorted(
-        (
-            sig
-            for sig, where in first_seen.items()
-            if sig in abstract and abstract[sig].read_only and len(where) >= need
-        ),
+    common = sorted(
+        (sig for sig, where in first_seen.items() if sig in abstract and len(where) >= need),
         key=lambda sig: (sum(first_seen[sig]) / len(first_seen[sig]), sig),
     )
-    shown = [abstract[sig] for sig in lookups]
+    shown = [abstract[sig] for sig in common if abstract[sig].read_only]
     for sig in pattern:
         step = abstract.get(sig)
         if step is None:  # a pattern step not in the support (cannot happen for real data)
             tool = sig.split("(", 1)[0]
-            step = AbstractStep(sig, tool, is_read_only(tool, config, namespace), 0)
+            kind = step_class(tool, config, namespace)
+            step = AbstractStep(sig, tool, kind == "read_only", 0, control=kind == "control")
         shown.append(step)
+    shown += [abstract[sig] for sig in common if abstract[sig].control]
     return shown

@@ -15,6 +15,7 @@ from memory_core.step_abstract import (
     is_read_only,
     pattern_of,
     policy_steps,
+    step_class,
     step_signature,
     value_kind,
 )
@@ -118,6 +119,38 @@ def test_read_only_guess_from_prefixes_is_overridable_per_namespace() -> None:
     assert not is_read_only("get_and_reset_counter", rules)
     assert is_read_only("transfer_to_human_agents", rules, "airline")
     assert not is_read_only("transfer_to_human_agents", rules, "other")
+
+
+def test_hand_offs_are_control_steps_overridable_per_namespace() -> None:
+    """A hand-off/escalation is neither a lookup nor a change: no part of the pattern."""
+    assert step_class("transfer_to_human_agents", RULES) == "control"
+    assert step_class("escalate_ticket", RULES) == "control"
+    assert step_class("get_escalation_status", RULES) == "read_only"  # read prefix first
+    assert step_class("transfer_funds", RULES) == "world_changing"  # a transfer of money
+    assert not is_read_only("transfer_to_human_agents", RULES)
+    rules = StepsConfig(
+        control_tools=["page_oncall"],
+        namespaces={"desk": StepRules(world_changing_tools=["transfer_to_human_agents"])},
+    )
+    assert step_class("page_oncall", rules) == "control"
+    assert step_class("transfer_to_human_agents", rules, "desk") == "world_changing"
+    assert step_class("transfer_to_human_agents", rules, "other") == "control"
+    cancel = call("cancel_reservation", reservation_id="R1")
+    hand_off = call("transfer_to_human_agents", summary="x")
+    assert pattern_of([cancel, hand_off], RULES) == pattern_of([cancel], RULES)
+    assert pattern_of([call("get_user_details", user_id="u1"), hand_off], RULES) == ()
+
+
+def test_procedure_shows_a_common_hand_off_last() -> None:
+    runs = [
+        [call("get_user_details", user_id=u), call("transfer_to_human_agents", summary=u),
+         call("cancel", reservation_id=r)]
+        for u, r in [("u1", "R1"), ("u2", "R2"), ("u3", "R3")]
+    ]  # fmt: skip
+    shown = policy_steps(pattern_of(runs[0], RULES), abstract_steps(runs, RULES), runs, RULES)
+    assert [s.tool for s in shown] == ["get_user_details", "cancel", "transfer_to_human_agents"]
+    assert [s.changes_world for s in shown] == [False, True, False]
+    assert shown[-1].as_dict()["control"] is True
 
 
 def test_pattern_keeps_world_changing_steps_and_collapses_retries() -> None:

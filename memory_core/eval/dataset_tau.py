@@ -3,8 +3,11 @@
 The pipeline sees the episodes the ``openai-chat`` adapter makes of each run (one per message
 and one trajectory per run, ``tau_bench.convert_tau_bench``) with a few credentials planted in
 their text (``plant``); the gold intents (sets of gold action names) only score: cluster
-agreement (ARI/NMI) of the runs' trajectories, whether a promoted procedure rests on episodes of
-one intent (useful-memory precision here), and retrieval of the same task's other trials.
+agreement (ARI/NMI) of the runs' trajectories, the issue's procedure checks
+(``tau_checks.procedure_checks``, the same function ``bench/tau_cluster.py`` prints: a
+procedure is right when its world-changing steps equal its supporting runs' gold intent's;
+useful-memory precision here is that check over promoted procedures), and retrieval of the
+same task's other trials.
 """
 
 from __future__ import annotations
@@ -15,20 +18,20 @@ from typing import Any
 
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from memory_core.eval import metrics
 from memory_core.eval.harness import EvalHome, Stopwatch, day_after_last
 from memory_core.eval.plant import plant_secrets
 from memory_core.eval.probes import (
     cost_report,
     deletion_probe,
-    episode_sources,
     revocation_probe,
     sensitive_writes,
     write_quality,
 )
 from memory_core.eval.retrieval import Query, evenly, open_reader, run_queries
 from memory_core.eval.tau_bench import convert_tau_bench, load_tau_bench
+from memory_core.eval.tau_checks import procedure_checks
 from memory_core.stages.cluster import list_clusters
+from memory_core.stores.candidates import list_candidates
 
 __all__ = ["evaluate_tau_bench_file"]
 
@@ -58,16 +61,14 @@ def _queries(conversion: Any, sample: int | None) -> list[Query]:
     return evenly(queries, sample)
 
 
-def _intent_purity(home: EvalHome, intents: dict[str, str]) -> tuple[int, int]:
-    """(promoted procedures whose supporting episodes all share one gold intent, promoted)."""
-    pure = total = 0
-    for row in home.rows("procedures"):
-        if not row.get("approver"):
-            continue
-        labels = Counter(intents.get(s, "?") for s in episode_sources(row))
-        total += 1
-        pure += len(labels) == 1 and "?" not in labels
-    return pure, total
+def _procedure_checks(home: EvalHome, conversion: Any) -> dict[str, Any]:
+    """The issue's checks over every candidate; precision over the promoted procedures."""
+    candidates = [c.contract_dict() for c in list_candidates(home.stores.meta)]
+    promoted = [c["candidate_id"] for c in candidates if c.get("status") == "promoted"]
+    return procedure_checks(
+        candidates, conversion.trajectories, conversion.intent_of_episode,
+        home.settings.steps, promoted_ids=promoted,
+    )  # fmt: skip
 
 
 def evaluate_tau_bench_file(
@@ -89,9 +90,19 @@ def evaluate_tau_bench_file(
         gold = [conversion.intent_of_episode[i] for i in ids]
         ours = [members.get(i, f"unclustered:{i}") for i in ids]
         quality = write_quality(home)
-        pure, promoted = _intent_purity(home, conversion.intent_of_episode)
-        quality["useful_memory_precision"] = metrics.rate(pure, promoted)
-        quality["useful_memory_definition"] = "promoted procedures resting on one gold intent"
+        checks = _procedure_checks(home, conversion)
+        quality["useful_memory_precision"] = checks["precision_promoted"]
+        quality["useful_memory_definition"] = (
+            "promoted procedures whose world-changing steps equal their supporting runs' gold "
+            "intent's (lookups and hand-offs are not changes)"
+        )
+        quality["one_label_precision"] = checks["one_label_precision_promoted"]
+        quality["procedure_checks"] = checks
+        quality["learnable_intents"] = checks["learnable_intents"]
+        quality["learnable_intents_with_procedure"] = checks["learnable_with_procedure"]
+        quality["procedure_precision_passing"] = checks["precision_passing"]
+        quality["procedure_precision_all"] = checks["precision_all"]
+        quality["failed_runs_linked_rate"] = checks["failed_linked_rate"]
         quality["cluster_ari"] = round(float(adjusted_rand_score(gold, ours)), 4)
         quality["cluster_nmi"] = round(float(normalized_mutual_info_score(gold, ours)), 4)
         quality.update(sensitive_writes(home, [p.needle for p in planted]))

@@ -36,6 +36,24 @@ _ROWS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("sensitive false writes", ("write_quality", "sensitive_false_writes")),
         ("cluster ARI vs gold intents", ("write_quality", "cluster_ari")),
         ("cluster NMI vs gold intents", ("write_quality", "cluster_nmi")),
+        ("learnable gold intents", ("write_quality", "learnable_intents")),
+        (
+            "… with a procedure of their world-changing steps",
+            ("write_quality", "learnable_intents_with_procedure"),
+        ),
+        (
+            "procedure precision (passing candidates)",
+            ("write_quality", "procedure_precision_passing"),
+        ),
+        ("procedure precision (all candidates)", ("write_quality", "procedure_precision_all")),
+        (
+            "failed runs linked (counterexample or pitfall)",
+            ("write_quality", "failed_runs_linked_rate"),
+        ),
+        (
+            "promoted procedures on one gold intent label (stricter)",
+            ("write_quality", "one_label_precision"),
+        ),
     ],
     "Retrieval": [
         ("queries", ("retrieval", "queries")),
@@ -107,7 +125,16 @@ facts, so supersession and as-of figures come from the demo only (n/a elsewhere)
 _DEFINITIONS = """\
 - *useful-memory precision*: promoted rows that are true. Demo: matched against the ground \
 truth (procedure steps and separating preconditions; preference objects the user stated). \
-tau-bench: promoted procedures whose supporting episodes share one gold intent.
+tau-bench: promoted procedures whose world-changing steps (tool names) equal the gold \
+intent's world-changing actions for every supporting run (lookups and hand-offs are no \
+changes: `memory_core/eval/tau_checks.py`, the same check `bench/tau_cluster.py` prints).
+- *tau-bench procedure checks*: a gold intent is learnable with >= 3 successful runs from >= 2 \
+users; it has a procedure when a procedural candidate supported by one of its runs shows its \
+world-changing steps; procedure precision is that check over candidates (those that passed \
+the policy; all); failed runs linked are failed runs of learnable intents that are \
+counterexamples of, or pitfall evidence for, their intent's procedure. *On one gold intent \
+label* is the older, stricter reading: every supporting run carries the same gold label, \
+which counts a procedure wrong when two intents differ only by a step that changes nothing.
 - *unsupported-memory rate*: promoted rows citing fewer stored episodes than their policy \
 needs (`policy.min_support`, one for a subject's preference).
 - *wrong-type rate*: facts with user-statement authority resting on a non-user episode, or \

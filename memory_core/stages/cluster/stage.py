@@ -211,7 +211,8 @@ class _Batch:
 def _signature_sets(
     actions: list[list[str] | None], steps: StepsConfig, namespace: str
 ) -> np.ndarray:
-    """Hashed step-signature block per episode; steps that changed the world weigh 1, lookups
+    """Hashed step-signature block per episode; steps that changed the world or handed the
+    conversation on (what the agent could not do says what was asked) weigh 1, lookups
     and calls the tool refused (``ToolCall.failed``) 0.5."""
     rows: list[tuple[tuple[str, float], ...]] = []
     cache: dict[tuple[str, ...], tuple[tuple[str, float], ...]] = {}

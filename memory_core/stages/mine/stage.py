@@ -321,8 +321,9 @@ def _procedural(
             **finding.stats(),
             "pattern": list(finding.steps),
             "abstract_steps": [a.as_dict() for a in shown],
-            "world_changing_steps": [a.text() for a in shown if not a.read_only],
+            "world_changing_steps": [a.text() for a in shown if a.changes_world],
             "read_only_steps": [a.text() for a in shown if a.read_only],
+            "control_steps": [a.text() for a in shown if a.control],
             # what workflow text may name (stages/score/workflow_text.py checks against these)
             "observed_steps": [a.text() for a in (observed or {}).values()],
             "support_runs": (runs or [])[:20],
