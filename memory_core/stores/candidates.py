@@ -25,6 +25,7 @@ __all__ = [
     "get_candidates",
     "list_candidates",
     "merge_candidate_stats",
+    "pending_keys",
     "run_candidate_rows",
     "set_candidate_scores",
     "set_candidate_status",
@@ -190,6 +191,21 @@ def list_candidates(
             params,
         ).fetchall()
     return _from_rows(rows)
+
+
+def pending_keys(
+    meta: MetaStore, tenant_id: str, namespace: str
+) -> list[tuple[str, str | None, str | None]]:
+    """(candidate id, policy version, cluster id) of a partition's ``pending_score`` candidates,
+    by id: what deciding staleness needs, without parsing every body."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT candidate_id, body->>'$.policy_version', body->>'$.cluster_id' "
+            "FROM candidates WHERE status = ? AND tenant_id = ? AND namespace = ? "
+            "ORDER BY candidate_id",
+            [CandidateStatus.pending_score.value, tenant_id, namespace],
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:

@@ -75,6 +75,7 @@ from memory_core.steps import ToolCall, as_step
 from memory_core.stores import MetaStore, Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
+from memory_core.stores.filters import in_list
 from memory_core.stores.lance import sql_quote
 
 __all__ = ["ClusterResult", "cluster_partition", "list_clusters"]
@@ -156,27 +157,52 @@ def _label(goal: str | None, actions: list[str] | None, code: str) -> str:
     return actions[0][:120] if actions else "(no goal)"
 
 
-def _load_episodes(stores: Stores, partition: Partition) -> tuple[pa.Table, int]:
-    """Active, embedded episodes that carry actions or a goal, and how many others were left out.
+_VECTORS_BY_ID = 0.2  # fetch vectors by id when at most this share of the partition is new
+
+
+def _load_episodes(
+    stores: Stores, partition: Partition, known: pa.Array | None = None
+) -> tuple[pa.Table, int, int]:
+    """Active, embedded episodes that carry actions or a goal and are not in ``known`` (ids
+    already clustered), how many others were left out, and how many were kept before ``known``.
 
     Message-only episodes (a transcript's per-message records: text, no goal, no actions)
     say nothing about how a problem is solved; they go to fact extraction, not to clusters.
     Episodes not embedded yet (null vector: ``stages/embed``) are not read at all: they stay
-    unclustered, so the first run after the embed task places them.
+    unclustered, so the first run after the embed task places them. The vectors (most of the
+    bytes) are read only for the episodes returned: an incremental night reads the small
+    columns of the partition and the vectors of its new episodes.
     """
     where = (
         f"tenant_id = {sql_quote(partition.tenant_id)} AND "
         f"namespace = {sql_quote(partition.namespace)} AND status = 'active' "
         "AND vector IS NOT NULL"
     )
-    table = stores.lance.scan("episodes", where=where, columns=[*_EPISODE_COLUMNS, "vector"])
-    lengths = pc.list_value_length(table.column("actions"))
+    small = stores.lance.scan("episodes", where=where, columns=_EPISODE_COLUMNS)
+    lengths = pc.list_value_length(small.column("actions"))
     has_actions = pc.fill_null(pc.greater(lengths, 0), fill_value=False)
-    goal = pc.utf8_trim_whitespace(table.column("goal"))
+    goal = pc.utf8_trim_whitespace(small.column("goal"))
     has_goal = pc.fill_null(pc.greater(pc.utf8_length(goal), 0), fill_value=False)
-    keep = pc.or_(has_actions, has_goal)
-    kept = table.filter(keep)
-    return kept, table.num_rows - kept.num_rows
+    kept = small.filter(pc.or_(has_actions, has_goal))
+    skipped = small.num_rows - kept.num_rows
+    wanted = kept
+    if known is not None and len(known):
+        wanted = kept.filter(pc.invert(pc.is_in(kept.column("episode_id"), value_set=known)))
+    if wanted.num_rows == 0:
+        vector_type = stores.lance.table("episodes").schema.field("vector").type
+        return wanted.append_column("vector", pa.nulls(0, vector_type)), skipped, kept.num_rows
+    if wanted.num_rows > _VECTORS_BY_ID * kept.num_rows:
+        full = stores.lance.scan("episodes", where=where, columns=["episode_id", "vector"])
+    else:
+        ids = in_list("episode_id", wanted.column("episode_id").to_pylist())
+        full = stores.lance.scan(
+            "episodes", where=f"{where} AND {ids}", columns=["episode_id", "vector"]
+        )
+    at = pc.index_in(wanted.column("episode_id"), value_set=full.column("episode_id"))
+    found = pc.is_valid(at)
+    if not pc.all(found).as_py():  # lost its vector between the two reads: next night
+        wanted, at = wanted.filter(found), at.filter(found)
+    return wanted.append_column("vector", full.column("vector").take(at)), skipped, kept.num_rows
 
 
 def _in_order(table: pa.Table) -> pa.Table:
@@ -360,16 +386,17 @@ def cluster_partition(
     its parameters (``selection``) and records the choice; incremental runs reuse it.
     """
     steps = steps if steps is not None else StepsConfig()
-    table, skipped = _load_episodes(stores, partition)
     old_clusters, old_members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace
     )
-    dim = table.schema.field("vector").type.list_size + GOAL_DIM + STEPS_DIM
+    dim = (stores.lance.vector_dim("episodes") or 0) + GOAL_DIM + STEPS_DIM
     stale = old_clusters.num_rows > 0 and _centroid_dim(old_clusters) not in (None, dim)
     if stale:
         logger.warning(
             "cluster %s: stored centroids have another dimension; rebuilding", partition.key
         )
+    known = None if recluster or stale else old_members.column("episode_id").combine_chunks()
+    table, skipped, kept = _load_episodes(stores, partition, known)
     fresh = recluster or stale or old_clusters.num_rows == 0
     recorded = _recorded_choice(stores, partition) if old_clusters.num_rows else None
     if recluster or stale:
@@ -380,7 +407,7 @@ def cluster_partition(
                             old_members)  # fmt: skip
     else:
         result = _incremental(
-            stores, config, ctx, partition, table, old_clusters, old_members, steps, recorded
+            stores, config, ctx, partition, table, old_clusters, steps, recorded, kept
         )
         choice = result.choice
     result.skipped_no_actions_or_goal = skipped
@@ -506,20 +533,18 @@ def _incremental(
     partition: Partition,
     table: pa.Table,
     old_clusters: pa.Table,
-    old_members: pa.Table,
     steps: StepsConfig,
     recorded: Choice | None,
+    episodes: int,
 ) -> ClusterResult:
-    """New episodes join the nearest cluster within reach or seed new ones; members stay put.
+    """New episodes (``table``: the partition's unclustered ones; ``episodes``: all it holds)
+    join the nearest cluster within reach or seed new ones; members stay put.
 
     With no clusters yet the partition chooses its parameters on this first batch; otherwise
     the recorded choice (or, for homes clustered before choices were recorded, the config).
     """
-    result = ClusterResult(partition.key, episodes=table.num_rows)
+    result = ClusterResult(partition.key, episodes=episodes)
     result.total_clusters = old_clusters.num_rows
-    if old_members.num_rows:
-        known = old_members.column("episode_id").combine_chunks()
-        table = table.filter(pc.invert(pc.is_in(table.column("episode_id"), value_set=known)))
     if table.num_rows == 0:
         return result
     inputs = _inputs(_in_order(table), steps, partition.namespace)

@@ -62,10 +62,19 @@ class EmbedResult:
 
 
 def pending_embedding(stores: Stores, where: str | None = None) -> int:
-    """How many episodes (matching ``where``) still have no vector."""
+    """How many episodes (matching ``where``) still have no vector.
+
+    Every writer leaves ``embedding_version`` empty where it leaves the vector null (ingest,
+    compaction; ``fill_vectors`` sets both), so the count filters on that small column and
+    reads vectors only for its matches; the vector's own null decides. ``vector IS NULL``
+    alone reads every vector (1M rows: ~1-2 s against ~0.08 s; see stages/partitions.py),
+    and the nightly asks this every night, when the answer is nearly always 0."""
     if "episodes" not in stores.lance.table_names():
         return 0
-    return stores.lance.count("episodes", _where(where))
+    cheap = f"embedding_version = '' AND ({where})" if where else "embedding_version = ''"
+    return (
+        stores.lance.scan("episodes", where=cheap, columns=["vector"]).column("vector").null_count
+    )
 
 
 def _where(where: str | None) -> str:
@@ -111,7 +120,7 @@ def embed_episodes(
         return result
     stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
     filt = _where(where)
-    result.pending_before = stores.lance.count("episodes", filt)
+    result.pending_before = pending_embedding(stores, where)
     if not result.pending_before:
         return result
     _check_home(stores, embedder)
