@@ -180,4 +180,17 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 AND NOT starts_with(partition_key, '[')""",
         ],
     ),
+    (
+        8,
+        [
+            # Mining state per unit (stages/mine/units.py): the fingerprint of the unit's input
+            # when it was last mined and what that produced, so a night re-mines only units
+            # whose input changed. Derived data: deleting a row makes the unit be mined again.
+            """CREATE TABLE mine_units (
+                tenant_id VARCHAR NOT NULL, namespace VARCHAR NOT NULL,
+                unit_key VARCHAR NOT NULL, fingerprint VARCHAR NOT NULL,
+                produced JSON NOT NULL, run_id VARCHAR, mined_at TIMESTAMPTZ,
+                PRIMARY KEY (tenant_id, namespace, unit_key))""",
+        ],
+    ),
 ]

@@ -58,6 +58,7 @@ from memory_core.stages.mine.counterexamples import (
     policy_failures,
     wilson_lower_bound,
 )
+from memory_core.stages.mine.units import plan_units, unit_key
 from memory_core.step_abstract import (
     AbstractStep,
     abstract_steps,
@@ -69,6 +70,7 @@ from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
 from memory_core.stores.candidates import get_candidates, pending_keys, upsert_candidates
 from memory_core.stores.lance import sql_quote
+from memory_core.stores.mine_units import load_units, save_units
 
 __all__ = ["MiningResult", "mine_partition", "procedural_candidate_id"]
 
@@ -105,6 +107,8 @@ class MiningResult:
     preferences: int = 0
     blocked_claims: int = 0
     stale: int = 0
+    units_mined: int = 0
+    units_kept: int = 0
     upserted: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,6 +124,8 @@ class MiningResult:
             "preferences": self.preferences,
             "blocked_claims": self.blocked_claims,
             "stale": self.stale,
+            "units_mined": self.units_mined,
+            "units_kept": self.units_kept,
             "upserted": dict(self.upserted),
         }
 
@@ -155,13 +161,8 @@ def _with_claims(table: Any) -> Any:
     return pc.fill_null(pc.not_equal(table.column("claims"), "[]"), fill_value=False)
 
 
-def _load(stores: Stores, partition: Partition) -> tuple[int, list[dict[str, Any]]]:
-    """(active episodes, those with actions or claims as dicts, JSON fields parsed).
-
-    Episodes with neither can feed no candidate, so they are never materialised; the rest are
-    built column by column (much faster than ``Table.to_pylist``), and the free text is kept
-    only for episodes with claims, the one place it is read (explicit-change markers).
-    """
+def _scan(stores: Stores, partition: Partition) -> tuple[int, Any, Any]:
+    """(active episodes, those with actions or claims, which of those have actions)."""
     where = (
         f"tenant_id = {sql_quote(partition.tenant_id)} AND "
         f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
@@ -169,7 +170,18 @@ def _load(stores: Stores, partition: Partition) -> tuple[int, list[dict[str, Any
     table = stores.lance.scan("episodes", where=where, columns=_COLUMNS)
     total = table.num_rows
     has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
-    table = table.filter(pc.or_kleene(_with_claims(table), has_actions))
+    keep = pc.or_kleene(_with_claims(table), has_actions)
+    return total, table.filter(keep), pc.fill_null(has_actions.filter(keep), fill_value=False)
+
+
+def _rows(table: Any) -> list[dict[str, Any]]:
+    """Episodes as dicts, JSON fields parsed.
+
+    Episodes with neither actions nor claims can feed no candidate, so they are never
+    materialised; the rest are built column by column (much faster than ``Table.to_pylist``),
+    and the free text is kept only for episodes with claims, the one place it is read
+    (explicit-change markers).
+    """
     plain = [name for name in _COLUMNS if name not in ("conditions", "claims", "text")]
     rows = [
         dict(zip(plain, values, strict=True))
@@ -190,7 +202,7 @@ def _load(stores: Stores, partition: Partition) -> tuple[int, list[dict[str, Any
             row["conditions"] = {}
         row["claims"] = json.loads(next(claims)) if with_claims else []
         row["text"] = next(texts) if with_claims else None
-    return total, rows
+    return rows
 
 
 def _slug(text: str, words: int = 8) -> str:
@@ -429,8 +441,9 @@ def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Cand
     )
 
 
-def _mining_units(info: Any, by_cluster: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
-    """Cluster ids mined together: the clusters sharing a non-empty error code, else each alone.
+def _mining_units(info: Any, by_cluster: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
+    """Cluster ids mined together, by unit key: the clusters sharing a non-empty error code,
+    else each alone.
 
     The error code is a hard key of the problem (clustering never puts two codes in one
     cluster), so clusters that share one are the same problem split by how users worded it.
@@ -446,9 +459,8 @@ def _mining_units(info: Any, by_cluster: dict[str, list[dict[str, Any]]]) -> lis
     )  # fmt: skip
     units: dict[str, list[str]] = {}
     for cid in sorted(by_cluster):
-        code = codes.get(cid) or ""
-        units.setdefault(f"code:{code}" if code else f"cluster:{cid}", []).append(cid)
-    return [units[key] for key in sorted(units)]
+        units.setdefault(unit_key(cid, codes.get(cid) or ""), []).append(cid)
+    return {key: units[key] for key in sorted(units)}
 
 
 def _home_cluster(finding: PatternFinding, cluster_of: dict[str, str], cids: list[str]) -> str:
@@ -460,22 +472,41 @@ def _home_cluster(finding: PatternFinding, cluster_of: dict[str, str], cids: lis
     return min(cids, key=lambda c: (-counts.get(c, 0), c))
 
 
+@dataclass
+class _UnitOut:
+    """What mining one unit produced: procedural candidates, their kept twins, pitfalls."""
+
+    procedural: list[Candidate] = field(default_factory=list)
+    twins: list[Candidate] = field(default_factory=list)
+    pitfalls: list[Candidate] = field(default_factory=list)
+
+    def produced(self) -> dict[str, Any]:
+        """What ``stores/mine_units`` keeps of it: the ids and the counts a result reports."""
+        procs = self.procedural
+        return {
+            "ids": sorted(c.candidate_id for c in [*procs, *self.twins, *self.pitfalls]),
+            "procedural": len(procs),
+            "passed": sum(c.status == CandidateStatus.pending_score for c in procs),
+            "insights": len(self.twins),
+            "pitfalls": len(self.pitfalls),
+        }
+
+
 def _mine_clusters(
-    stores: Stores, settings: Settings, partition: Partition, episodes: list[dict[str, Any]]
-) -> tuple[list[Candidate], list[Candidate], int, set[str]]:
-    """(procedural candidates, their twins and pitfalls, clusters mined, current cluster ids)."""
-    info, members = cluster_store.load_partition(
-        stores.meta, partition.tenant_id, partition.namespace, centroids=False
-    )
+    settings: Settings,
+    partition: Partition,
+    episodes: list[dict[str, Any]],
+    info: Any,
+    members: Any,
+) -> dict[str, _UnitOut]:
+    """Candidates of every mining unit with episodes in ``episodes``, by unit key (twins of
+    failing procedures not yet filtered: ``_keep_twins``)."""
     cluster_of = dict(
         zip(
             members.column("episode_id").to_pylist(),
             members.column("cluster_id").to_pylist(),
             strict=True,
         )
-    )
-    labels = dict(
-        zip(info.column("cluster_id").to_pylist(), info.column("label").to_pylist(), strict=True)
     )
     by_id = {e["episode_id"]: e for e in episodes}
     by_cluster: dict[str, list[dict[str, Any]]] = {}
@@ -484,10 +515,9 @@ def _mine_clusters(
         if cid is not None and ep.get("actions"):
             by_cluster.setdefault(cid, []).append(ep)
     version = settings.policy.version
-    procedural: list[Candidate] = []
-    twins: list[Candidate] = []
-    pitfalls: list[Candidate] = []
-    for cids in _mining_units(info, by_cluster):
+    out: dict[str, _UnitOut] = {}
+    for key, cids in _mining_units(info, by_cluster).items():
+        unit = out.setdefault(key, _UnitOut())
         rows = [ep for cid in cids for ep in by_cluster[cid]]
         findings = mine_cluster(
             rows, settings.policy, steps=settings.steps, namespace=partition.namespace
@@ -505,21 +535,31 @@ def _mine_clusters(
                 continue  # nothing done and nothing looked up: no procedure to show
             goals = [(by_id[e].get("goal") or "", by_id[e].get("subject_id") or "")
                      for e in finding.success_ids]  # fmt: skip
-            phrase, key = _problem(finding.conditions, goals)
+            phrase, pkey = _problem(finding.conditions, goals)
             runs = [[step_signature(a) for a in acts] for acts in support]
             proc = _procedural(
                 finding, partition, cid, by_id, phrase, version, shown, abstract, runs
             )
-            procedural.append(proc)
-            twins.append(_twin(proc, partition, key, version))
-            pit = _pitfall(finding, proc, partition, by_id, key, settings.policy)
+            unit.procedural.append(proc)
+            unit.twins.append(_twin(proc, partition, pkey, version))
+            pit = _pitfall(finding, proc, partition, by_id, pkey, settings.policy)
             if pit is not None:
-                pitfalls.append(pit)
-    passing = {t.candidate_id for t in twins if t.status == CandidateStatus.pending_score}
-    failing = [t.candidate_id for t in twins if t.candidate_id not in passing]
+                unit.pitfalls.append(pit)
+    return out
+
+
+def _keep_twins(stores: Stores, units: dict[str, _UnitOut]) -> None:
+    """A twin of a failing procedure is kept (in step, as auto_rejected) only when it was
+    stored before; one that never passed is not written at all."""
+    twins = [t for unit in units.values() for t in unit.twins]
+    failing = [t.candidate_id for t in twins if t.status != CandidateStatus.pending_score]
     existing = {c.candidate_id for c in get_candidates(stores.meta, failing)}
-    kept = [t for t in twins if t.candidate_id in passing or t.candidate_id in existing]
-    return procedural, [*kept, *pitfalls], len(by_cluster), set(labels)
+    for unit in units.values():
+        unit.twins = [
+            t
+            for t in unit.twins
+            if t.status == CandidateStatus.pending_score or t.candidate_id in existing
+        ]
 
 
 def _count_blocked(
@@ -577,15 +617,39 @@ def _stale(
     return stale
 
 
+def _mining_config(settings: Settings, partition: Partition) -> list[Any]:
+    """What a unit's candidates depend on besides its episodes (``units.plan_units``)."""
+    return [settings.policy.model_dump(), settings.steps.model_dump(), partition.namespace]
+
+
 def mine_partition(
     stores: Stores, settings: Settings, ctx: RunContext, partition: Partition
 ) -> MiningResult:
-    """Mine one partition's clusters and claims into candidates; idempotent per input."""
-    total, episodes = _load(stores, partition)
+    """Mine one partition's changed units and its claims into candidates; idempotent per input.
+
+    Units whose input fingerprint is the one stored when they were last mined are carried
+    forward (``units.py``): their candidates stay as stored and count as produced, so the
+    result (and what is stored) is the same as mining every unit again."""
+    total, table, has_actions = _scan(stores, partition)
     result = MiningResult(partition.key, episodes=total)
-    procedural, twins, result.clusters, clusters = _mine_clusters(
-        stores, settings, partition, episodes
+    info, members = cluster_store.load_partition(
+        stores.meta, partition.tenant_id, partition.namespace, centroids=False
     )
+    plan = plan_units(table, has_actions, info, members, _mining_config(settings, partition))
+    stored = load_units(stores.meta, partition.tenant_id, partition.namespace)
+    kept = {u: stored[u][1] for u, fp in plan.fingerprints.items() if stored.get(u, ("",))[0] == fp}
+    touched = set(plan.fingerprints) - set(kept)
+    wanted = pc.or_kleene(
+        _with_claims(table),
+        pc.is_in(table.column("episode_id"), value_set=plan.episode_ids(touched)),
+    )
+    episodes = _rows(table.filter(wanted))
+    units = _mine_clusters(settings, partition, episodes, info, members)
+    _keep_twins(stores, units)
+    result.clusters = plan.clusters
+    result.units_mined, result.units_kept = len(units), len(kept)
+    procedural = [c for unit in units.values() for c in unit.procedural]
+    twins = [c for unit in units.values() for c in [*unit.twins, *unit.pitfalls]]
     # facts extracted from conversations (stages/extract) enter as claims on their evidence
     extracted = extracted_claim_rows(stores, partition)
     claims = aggregate_claims(
@@ -598,19 +662,26 @@ def mine_partition(
     )
     candidates = [*procedural, *twins, *claims.candidates]
     produced = {c.candidate_id for c in candidates}
-    result.procedural = len(procedural)
-    result.passed = sum(c.status == CandidateStatus.pending_score for c in procedural)
+    produced.update(cid for done in kept.values() for cid in done["ids"])
+    mined = {key: unit.produced() for key, unit in units.items()}
+    for done in [*mined.values(), *kept.values()]:
+        result.procedural += done["procedural"]
+        result.passed += done["passed"]
+        result.pitfalls += done["pitfalls"]
+        result.insights += done["insights"]
     result.auto_rejected = result.procedural - result.passed
-    result.pitfalls = sum(bool(t.stats.get("pitfall")) for t in twins)
-    result.insights = len(twins) - result.pitfalls
     result.preferences = len(claims.candidates)
-    stale = _stale(stores, partition, produced, clusters, settings.policy.version)
+    stale = _stale(stores, partition, produced, set(info.column("cluster_id").to_pylist()),
+                   settings.policy.version)  # fmt: skip
     result.stale = len(stale)
     if not ctx.dry_run:
         result.upserted = upsert_candidates(
             stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now
         )
         crash_point("mine.upserted")
+        fingerprints = {key: (plan.fingerprints[key], mined[key]) for key in mined}
+        save_units(stores.meta, partition.tenant_id, partition.namespace, fingerprints,
+                   keep=set(kept), run_id=ctx.run_id, now=ctx.now)  # fmt: skip
         result.blocked_claims = _count_blocked(stores, ctx, partition, claims.blocked)
     logger.info(
         "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "
