@@ -71,6 +71,9 @@ def _env(api_url: str) -> dict[str, str]:
         "MEMCTL_REVIEW__AUTO_APPROVE_MIN_CONFIDENCE": "0.0",
         "MEMCTL_SCORE__LLM_KINDS": '["procedural", "semantic"]',
         "MEMCTL_SCORE__MAX_RETRIES": "0",
+        # batch from one request on: the scenario has fewer than the default 20, and the
+        # batch path (recorded, resumed after a kill) is what the workflow kill points test
+        "MEMCTL_SCORE__BATCH_MIN_REQUESTS": "1",
         "ANTHROPIC_API_KEY": "sk-test",
         "ANTHROPIC_BASE_URL": api_url,
     }

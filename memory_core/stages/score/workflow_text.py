@@ -10,9 +10,12 @@ used. Offline (no key) or on any failure the candidate keeps its rule-made text:
 presented as the model's that the model did not write.
 
 This module holds the request, the structured answer and the check (pure), and the run: one
-Message Batches request per candidate that passed the policy, through the score stage's
-``BatchRunner`` (recorded before polling, resumed after a crash), answers cached in the score
-cache by the request's content hash, model and prompt version, spend in the LLM ledger.
+request per candidate that passed the policy, answers cached in the score cache by the
+request's content hash, model and prompt version, spend in the LLM ledger. The transport
+follows the score stage's rule: at least ``score.batch_min_requests`` requests go through
+Message Batches on the score stage's ``BatchRunner`` (recorded before polling, resumed after a
+crash); fewer go through the plain Messages API, one by one, each answer cached with its spend
+as soon as it arrives (a handful of requests should not wait up to a day on a batch).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from memory_core.config import ScoreConfig
 from memory_core.context import RunContext
 from memory_core.crash import crash_point
 from memory_core.models import Candidate, CandidateStatus, content_hash
-from memory_core.stages.score.anthropic_scorer import FailureKind
+from memory_core.stages.score.anthropic_scorer import FailureKind, classify_error
 from memory_core.stages.score.batches import BatchOutcome, BatchRunner
 from memory_core.stages.score.budget import Budget, estimate_usage
 from memory_core.stages.score.results import Usage
@@ -203,6 +206,7 @@ class WorkflowResult:
     """What one run did; every eligible candidate lands in exactly one bucket."""
 
     eligible: int = 0
+    mode: str = "none"  # none | offline | sync | batch
     written: int = 0
     cached: int = 0
     offline: int = 0
@@ -259,6 +263,7 @@ class _Run:
         self.total = Usage()
         self.updated: dict[str, dict[str, Any]] = {}
         self.estimates: dict[str, Usage] = {}
+        self.client = client
         self.runner = (
             BatchRunner(client, config, stores.meta, run_id=ctx.run_id, now=ctx.now,
                         model=config.model, prompt_version=PROMPT_VERSION, sleep=sleep)
@@ -280,9 +285,19 @@ class _Run:
             del plans[h]
         if self.runner is None or self.ctx.dry_run:
             self.result.offline += len(plans)
+            self.result.mode = "offline" if plans else self.result.mode
             return self._finish()
         in_flight, open_records = self._resume()
         todo = [p for h, p in plans.items() if h not in in_flight]
+        if len(todo) < self.config.batch_min_requests:
+            # the score stage's rule: a handful of requests is not worth a batch's wait
+            if todo:
+                self.result.mode = "sync"
+            self._sync(todo)
+            if open_records:
+                self._collect([], open_records)
+            return self._finish()
+        self.result.mode = "batch"
         requests = []
         for plan in todo:
             estimate = estimate_usage(plan.params)
@@ -300,13 +315,88 @@ class _Run:
                 self.result.deferred += len(left)
             else:
                 self.result.failed += len(left)
+        self._collect(records, open_records)
+        return self._finish()
+
+    def _collect(self, records: list[BatchRecord], open_records: list[BatchRecord]) -> None:
+        assert self.runner is not None
         polled = self.runner.poll([*records, *open_records], wait=True)
         for outcome in polled.collected:
             self._apply(outcome)
         self.result.in_flight = sum(
             1 for r in polled.pending for i in r.items if i.content_hash in self.plans
         )
-        return self._finish()
+
+    def _sync(self, todo: list[_Plan]) -> None:
+        """One Messages API request per plan; each answer cached with its spend at once.
+
+        A temporary failure defers this and the remaining requests to a later run, a fatal
+        one (key, billing, model) fails them; a refused request fails only itself.
+        """
+        assert self.client is not None
+        client = self.client.with_options(timeout=self.config.timeout_s,
+                                          max_retries=self.config.max_retries)  # fmt: skip
+        for index, plan in enumerate(todo):
+            estimate = estimate_usage(plan.params)
+            if self.budget.reserve(estimate, batch=False) is not None:
+                self.result.refused_budget += 1
+                continue
+            cid, h = plan.candidate.candidate_id, plan.request_hash
+            try:
+                message = client.messages.create(**plan.params)
+            except anthropic.APIError as exc:
+                self.budget.settle(estimate, Usage(), batch=False)
+                failure = classify_error(exc, self.config)
+                self._ledger_sync(Usage(requests=1), cid, h, error=failure.reason)
+                if failure.kind is FailureKind.request:
+                    self.result.failed += 1
+                    continue
+                rest = len(todo) - index
+                if failure.kind is FailureKind.transient:
+                    self.result.deferred += rest
+                else:
+                    self.result.failed += rest
+                return
+            usage = Usage.from_api(message.usage)
+            self.budget.settle(estimate, usage, batch=False)
+            answer = parse_workflow(message.content)
+            if answer is None:
+                self.result.invalid += 1
+                self._ledger_sync(usage, cid, h, invalid=True)
+                continue
+            cached = CachedScore(content_hash=h, model=self.config.model,
+                                 prompt_version=PROMPT_VERSION, candidate_id=cid, score=0.0,
+                                 body=answer.model_dump(mode="json"))  # fmt: skip
+            self._ledger_sync(usage, cid, h, cached=[cached])
+            crash_point("workflow.cached")
+            self.plans.pop(h, None)
+            self._use(plan, answer, h)
+
+    def _ledger_sync(
+        self, usage: Usage, cid: str, request_hash: str, *, cached: list[CachedScore] | None = None,
+        invalid: bool = False, error: str | None = None,
+    ) -> None:  # fmt: skip
+        """The request's spend (and its answer, if any) in one transaction; an invalid answer
+        also gets the ``invalid`` row that keeps it from being asked for again."""
+        self.total = self.total + usage
+        detail: dict[str, Any] = {"stage": _PURPOSE, "purpose": _PURPOSE,
+                                  "prompt_version": PROMPT_VERSION, "custom_id": cid,
+                                  "request_hash": request_hash}  # fmt: skip
+        if error is not None:
+            detail["error"] = error
+        entries = [
+            LedgerEntry(
+                run_id=self.ctx.run_id, logged_at=self.ctx.now, mode="sync",
+                requests=usage.requests, input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=round(usage.cost_usd(self.config, batch=False), 6), detail=detail,
+            )
+        ]  # fmt: skip
+        if invalid:
+            entries.append(LedgerEntry(run_id=self.ctx.run_id, logged_at=self.ctx.now,
+                                       mode="invalid", detail=detail))  # fmt: skip
+        record_answers_and_spend(self.stores.meta, cached or [], entries, now=self.ctx.now)
 
     def _from_cache(self) -> None:
         hits = get_cached_scores(self.stores.meta, list(self.plans), model=self.config.model,
@@ -420,7 +510,8 @@ def write_workflow_texts(
     tenant_id: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> WorkflowResult:
-    """One Message Batches request per procedural candidate that passed the policy.
+    """One request per procedural candidate that passed the policy: Message Batches from
+    ``config.batch_min_requests`` requests on, the Messages API below (the score stage's rule).
 
     Answers are cached by the request's content hash, model and prompt version (the score
     cache), in the same transaction as the batch's spend, so no crash point and no re-mine

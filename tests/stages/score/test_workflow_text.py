@@ -1,5 +1,7 @@
 """Workflow text: the real SDK through a mocked HTTP transport; invented or out-of-order steps
-are dropped and counted; cached, ledgered, and offline nothing changes."""
+are dropped and counted; cached, ledgered, and offline nothing changes. Like scoring, fewer
+than ``score.batch_min_requests`` requests go through the Messages API, more through Message
+Batches (the batch tests lower the threshold to one)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from memory_core.stores.candidates import (
     upsert_candidates,
 )
 from memory_core.stores.llm import BatchStatus, ledger_entries, list_batches
-from tests.kit.anthropic import FakeAnthropic, tool_use_body
+from tests.kit.anthropic import FakeAnthropic, status_response, tool_use_body
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 LOOKUP = "get_user_details(user_id=$user_id)"
@@ -101,7 +103,10 @@ def write(st, score, run_id: str, fake: FakeAnthropic | None, **kw: Any):
 
 @pytest.fixture
 def stores(tmp_path: Path):
-    settings = load_settings(home=tmp_path / "home", embed={"model": "hash"})
+    """Settings whose score section batches from one request on (the batch path's tests)."""
+    settings = load_settings(
+        home=tmp_path / "home", embed={"model": "hash"}, score={"batch_min_requests": 1}
+    )
     stores = open_stores(settings)
     stores.meta.migrate()
     return settings, stores
@@ -189,3 +194,77 @@ def test_offline_and_over_budget_keep_the_rule_made_text(stores) -> None:
     assert (refused.refused_budget, len(sent(api))) == (1, 0)
     [cand] = get_candidates(st.meta, ["cand_b"])
     assert "workflow" not in cand.stats
+
+
+def _sync_settings(settings: Any, **update: Any) -> Any:
+    return settings.score.model_copy(update={"batch_min_requests": 20, **update})
+
+
+def test_a_handful_of_requests_goes_through_the_messages_api(stores) -> None:
+    """Below batch_min_requests no batch is made: each answer is checked, cached with its
+    spend at once, and a rerun asks nothing."""
+    settings, st = stores
+    score = _sync_settings(settings)
+    upsert_candidates(st.meta, [_candidate("cand_a"), _candidate("cand_b")], run_id="r0", now=NOW)
+    api = fake_api([LOOKUP, "issue_voucher(amount=$amount)", CANCEL])
+    result = write(st, score, "run_1", api)
+    assert result.mode == "sync" and (result.written, result.dropped_steps) == (2, 2)
+    assert api.counts["messages"] == 2 and api.counts["batch_create"] == 0
+    assert api.bodies["messages"][0]["tool_choice"] == {"type": "tool", "name": "record_workflow"}
+    [cand] = get_candidates(st.meta, ["cand_a"])
+    assert cand.stats["workflow"]["steps"] == [LOOKUP, CANCEL]
+    assert cand.stats["workflow"]["written_by"] == "claude"
+    rows = [e for e in ledger_entries(st.meta) if e.detail.get("stage") == "workflow_text"]
+    assert [(e.mode, e.requests, e.input_tokens) for e in rows] == [("sync", 1, 300)] * 2
+    assert sum(e.cost_usd for e in rows) == pytest.approx(result_cost(score, rows))
+    again = write(st, score, "run_2", api)
+    assert (again.cached, again.written, api.counts["messages"]) == (2, 0, 2)
+    many = [_candidate(f"cand_{i:02d}") for i in range(20)]
+    upsert_candidates(st.meta, many, run_id="r0", now=NOW)
+    batched = write(st, score, "run_3", api)  # 20 new requests: the batch path
+    assert batched.mode == "batch" and api.counts["batch_create"] == 1
+    assert api.counts["messages"] == 2 and batched.written == 20
+
+
+def result_cost(score: Any, rows: list[Any]) -> float:
+    """What the ledger rows should cost at the configured (non-batch) prices."""
+    from memory_core.stages.score.results import Usage
+
+    usage = Usage(requests=len(rows), input_tokens=sum(e.input_tokens for e in rows),
+                  output_tokens=sum(e.output_tokens for e in rows),
+                  cache_read_tokens=sum(e.cache_read_tokens for e in rows),
+                  cache_write_tokens=sum(e.cache_write_tokens for e in rows))  # fmt: skip
+    return usage.cost_usd(score, batch=False)
+
+
+def test_sync_invalid_answer_is_ledgered_and_not_asked_for_again(stores) -> None:
+    settings, st = stores
+    score = _sync_settings(settings)
+    upsert_candidates(st.meta, [_candidate("cand_a")], run_id="r0", now=NOW)
+    api = FakeAnthropic()  # answers with plain text: no tool_use block
+    first = write(st, score, "run_1", api)
+    assert (first.mode, first.invalid, first.written, api.counts["messages"]) == ("sync", 1, 0, 1)
+    modes = sorted(e.mode for e in ledger_entries(st.meta))
+    assert modes == ["invalid", "sync"]  # the paid request, and the mark that bounds retries
+    second = write(st, score, "run_2", api)
+    assert (second.given_up, api.counts["messages"]) == (1, 1)
+    [cand] = get_candidates(st.meta, ["cand_a"])
+    assert "workflow" not in cand.stats
+
+
+def test_sync_temporary_failure_defers_the_rest_and_a_later_run_writes(stores) -> None:
+    settings, st = stores
+    score = _sync_settings(settings, max_retries=0)
+    upsert_candidates(st.meta, [_candidate("cand_a"), _candidate("cand_b")], run_id="r0", now=NOW)
+    api = fake_api([LOOKUP, CANCEL])
+    api.fail_messages = [status_response(529, "overloaded_error", "busy")]
+    first = write(st, score, "run_1", api)
+    assert (first.deferred, first.written, api.counts["messages"]) == (2, 0, 1)
+    assert all("workflow" not in c.stats for c in get_candidates(st.meta, ["cand_a", "cand_b"]))
+    later = write(st, score, "run_2", api)
+    assert (later.written, api.counts["messages"]) == (2, 3)
+    # a request the API refuses (400) fails itself only
+    upsert_candidates(st.meta, [_candidate("cand_c"), _candidate("cand_d")], run_id="r0", now=NOW)
+    api.fail_messages = [status_response(400, "invalid_request_error", "bad")]
+    third = write(st, score, "run_3", api)
+    assert (third.failed, third.written, third.cached) == (1, 1, 2)
