@@ -18,6 +18,7 @@ in one feature space.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,24 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from memory_core.config import ClusterConfig
-from memory_core.stages.cluster.leader import LeaderState, assign, merge_provisional
+from memory_core.stages.cluster.leader import (
+    CHUNK,
+    LeaderState,
+    assign,
+    merge_provisional,
+    unit_rows,
+)
 
-__all__ = ["Choice", "choose", "distances", "grid", "mean_silhouette", "sample_rows"]
+__all__ = [
+    "Choice",
+    "choose",
+    "distances",
+    "grid",
+    "key_groups",
+    "leader_on_gram",
+    "mean_silhouette",
+    "sample_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,131 @@ def mean_silhouette(
     return float(s.mean())
 
 
+def key_groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each key, in processing order (keys in ascending order)."""
+    if len(keys) == 0:
+        return []
+    order = np.argsort(keys, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
+
+
+def leader_on_gram(
+    features: np.ndarray,
+    gram: np.ndarray,
+    keys: np.ndarray,
+    reach: np.ndarray,
+    groups: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, LeaderState]:
+    """The leader pass of :func:`leader.assign` on a fresh state, for a sample of at most
+    ``leader.CHUNK`` rows, run on the sample's Gram matrix; (labels, state).
+
+    Why: selection runs this pass at every grid point on the same sample, and with a fresh
+    state every episode goes through the sequential loop. A cluster's running sum is the sum
+    of its members' rows, so its dot product with any sample row is a sum of Gram entries:
+    one row of ``dots`` per cluster, updated by adding the joining row of ``gram``, and its
+    norm follows from the same numbers. Each step then costs a few operations on vectors of
+    the sample's length instead of products with 500-dim centroids. Same decisions as
+    ``assign`` (up to float rounding): nearest centroid of the same key, joined within reach,
+    else a new cluster; ties to the older cluster.
+    """
+    n = len(features)
+    seeds: list[tuple[int, int, int]] = []  # (seed row, group, local label)
+    passes: list[tuple[int, np.ndarray, list[int]]] = []  # (key, rows, local labels)
+    for rows in key_groups(keys) if groups is None else groups:
+        # episodes of different keys never share a cluster: one pass per key
+        if len(rows) == 1:
+            local, firsts = [0], [0]
+        elif len(rows) <= _SMALL:
+            local, firsts = _small_pass(gram[rows][:, rows].tolist(), reach[rows].tolist())
+        else:
+            local, firsts = _one_key_pass(gram[rows][:, rows], reach[rows])
+        seeds.extend((int(rows[f]), len(passes), c) for c, f in enumerate(firsts))
+        passes.append((int(keys[rows[0]]), rows, local))
+    seeds.sort()  # clusters numbered in creation order, by their seed row, as assign does
+    count = len(seeds)
+    maps = [[0] * (max(local) + 1) for _, _, local in passes]
+    ckeys = np.zeros(count, dtype=np.int64)
+    for cluster, (_seed, group, local_label) in enumerate(seeds):
+        maps[group][local_label] = cluster
+        ckeys[cluster] = passes[group][0]
+    labels_arr = np.zeros(n, dtype=np.int64)
+    for (_key, rows, local), mapping in zip(passes, maps, strict=True):
+        labels_arr[rows] = [mapping[c] for c in local]
+    state = LeaderState(features.shape[1])
+    if count:
+        onehot = np.zeros((count, n), dtype=features.dtype)
+        onehot[labels_arr, np.arange(n)] = 1.0
+        sums = (onehot @ features).astype(np.float64)  # exact: sums of rows, as assign keeps
+        state._grow(count)
+        state.sums[:count] = sums
+        state.centroids[:count] = unit_rows(sums)
+        state.sizes[:count] = np.bincount(labels_arr, minlength=count)
+        state.keys[:count] = ckeys
+        state.count = count
+    return labels_arr, state
+
+
+_SMALL = 12  # up to this many rows of one key, plain Python beats small numpy calls
+
+
+def _small_pass(gram: list[list[float]], reach: list[float]) -> tuple[list[int], list[int]]:
+    """:func:`_one_key_pass` on Python lists, for a few rows (same arithmetic, same ties)."""
+    labels: list[int] = []
+    firsts: list[int] = []
+    dots: list[list[float]] = []  # [c][i]: row i . sum of cluster c
+    inv: list[float] = []
+    sq: list[float] = []
+    for i, row in enumerate(gram):
+        best, j = -math.inf, -1
+        for c in range(len(dots)):
+            sim = dots[c][i] * inv[c]
+            if sim > best:
+                best, j = sim, c
+        if j >= 0 and 1.0 - best <= reach[i]:
+            labels.append(j)
+            sq[j] += 2.0 * dots[j][i] + row[i]
+            dots[j] = [a + b for a, b in zip(dots[j], row, strict=True)]
+            inv[j] = 1.0 / max(math.sqrt(max(sq[j], 0.0)), 1e-12)
+            continue
+        labels.append(len(dots))
+        firsts.append(i)
+        dots.append(list(row))
+        sq.append(row[i])
+        inv.append(1.0 / max(math.sqrt(max(row[i], 0.0)), 1e-12))
+    return labels, firsts
+
+
+def _one_key_pass(gram: np.ndarray, reach: np.ndarray) -> tuple[list[int], list[int]]:
+    """The sequential leader pass over rows of one key (see :func:`leader_on_gram`):
+    each row's cluster (0, 1, ... in creation order) and each cluster's first row."""
+    n = len(gram)
+    labels = [0] * n
+    dots = np.zeros((n, n), dtype=np.float64)  # [i, c]: row i . sum of cluster c
+    inv = np.zeros(n, dtype=np.float64)  # 1 / |sum of cluster c|
+    sq = [0.0] * n  # |sum of cluster c|^2
+    reach_list, diag = reach.tolist(), np.diagonal(gram).tolist()
+    firsts: list[int] = []
+    count = 0
+    for i in range(n):
+        if count:
+            row = dots[i, :count]
+            sims = row * inv[:count]
+            j = int(sims.argmax())
+            if 1.0 - float(sims[j]) <= reach_list[i]:
+                labels[i] = j
+                sq[j] += 2.0 * float(row[j]) + diag[i]
+                dots[:, j] += gram[i]
+                inv[j] = 1.0 / max(math.sqrt(max(sq[j], 0.0)), 1e-12)
+                continue
+        labels[i] = count
+        firsts.append(i)
+        dots[:, count] = gram[i]
+        sq[count] = diag[i]
+        inv[count] = 1.0 / max(math.sqrt(max(diag[i], 0.0)), 1e-12)
+        count += 1
+    return labels, firsts
+
+
 def choose(
     config: ClusterConfig,
     features_for: Callable[[float, float], np.ndarray],
@@ -157,13 +298,18 @@ def _choose(
     # error code are error_code_weight closer (the credit the leader pass gives them)
     credit = (keys[:, None] == keys[None, :]) & has_code[:, None] & has_code[None, :]
     credit = credit * np.float32(config.error_code_weight)
+    groups = key_groups(keys)
     for g, s, t in grid(config):
         if (g, s) not in spaces:
             feats = features_for(g, s)
-            spaces[(g, s)] = (feats, np.clip(distances(feats) - credit, 0.0, 2.0))
-        feats, dist = spaces[(g, s)]
-        state = LeaderState(feats.shape[1])
-        labels, _ = assign(feats, keys, t + bonus, state)
+            gram = feats.astype(np.float64) @ feats.T.astype(np.float64)
+            spaces[(g, s)] = (feats, gram, np.clip(1.0 - gram - credit, 0.0, 2.0))
+        feats, gram, dist = spaces[(g, s)]
+        if n <= CHUNK:
+            labels, state = leader_on_gram(feats, gram, keys, t + bonus, groups)
+        else:  # beyond one chunk assign matches whole chunks at once: keep its exact pass
+            state = LeaderState(feats.shape[1])
+            labels, _ = assign(feats, keys, t + bonus, state)
         reach = {int(k): t + config.error_code_weight for k in np.unique(keys)}
         for k in np.unique(keys[~has_code]):
             reach[int(k)] = t

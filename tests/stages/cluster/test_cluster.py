@@ -6,6 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_core.config import ClusterConfig
 from memory_core.stages.cluster import list_clusters
@@ -202,3 +204,35 @@ def test_the_choice_is_recorded_and_reused_by_incremental_runs(mem, kit) -> None
             "SELECT count(*) FROM audit_log WHERE action = ?", [SELECTION_ACTION]
         ).fetchall()
     assert count == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    n_keys=st.integers(1, 30),
+    seed=st.integers(0, 2**16),
+    threshold=st.sampled_from([0.2, 0.3, 0.45]),
+)
+def test_selection_leader_pass_on_the_gram_matrix_is_assigns(
+    n: int, n_keys: int, seed: int, threshold: float
+) -> None:
+    """Selection's pass on the sample's Gram matrix decides as ``assign`` does on a fresh
+    state: the same labels, the same merges, the same centroids (it only computes faster)."""
+    from memory_core.stages.cluster.selection import leader_on_gram
+
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((6, 16))
+    feats = unit_rows(
+        (centres[rng.integers(0, 6, n)] + 0.6 * rng.standard_normal((n, 16))).astype(np.float32)
+    )
+    keys = rng.integers(0, n_keys, n)
+    reach = threshold + 0.25 * (keys % 2)  # some keys reach further, as error codes do
+    state = LeaderState(16)
+    expected, _ = assign(feats, keys, reach, state)
+    gram = feats.astype(np.float64) @ feats.T.astype(np.float64)
+    got, fast = leader_on_gram(feats, gram, keys, reach)
+    assert np.array_equal(got, expected)
+    assert fast.count == state.count
+    assert np.allclose(fast.centroids[: fast.count], state.centroids[: state.count], atol=1e-5)
+    far = {int(k): threshold + 0.1 for k in range(n_keys)}
+    assert np.array_equal(merge_provisional(fast, 0, far), merge_provisional(state, 0, far))
