@@ -297,8 +297,10 @@ def _provenance(episodes: dict[str, dict[str, Any]], ids: list[str]) -> list[Pro
     return [
         Provenance.model_construct(
             source_id=e,
+            source_kind="episode",
             content_hash=episodes[e].get("content_hash"),
             subject_id=episodes[e].get("subject_id"),
+            revision=None,
         )
         for e in ids
     ]
@@ -518,6 +520,7 @@ def _mine_clusters(
         if cid is not None and ep.get("actions"):
             by_cluster.setdefault(cid, []).append(ep)
     version = settings.policy.version
+    signatures: dict[tuple[str, ...], list[str]] = {}  # support runs repeat action lists
     out: dict[str, _UnitOut] = {}
     for key, cids in _mining_units(info, by_cluster).items():
         unit = out.setdefault(key, _UnitOut())
@@ -539,7 +542,7 @@ def _mine_clusters(
             goals = [(by_id[e].get("goal") or "", by_id[e].get("subject_id") or "")
                      for e in finding.success_ids]  # fmt: skip
             phrase, pkey = _problem(finding.conditions, goals)
-            runs = [[step_signature(a) for a in acts] for acts in support]
+            runs = [_signatures(acts, signatures) for acts in support]
             proc = _procedural(
                 finding, partition, cid, by_id, phrase, version, shown, abstract, runs
             )
@@ -549,6 +552,14 @@ def _mine_clusters(
             if pit is not None:
                 unit.pitfalls.append(pit)
     return out
+
+
+def _signatures(actions: list[Any], cache: dict[tuple[str, ...], list[str]]) -> list[str]:
+    """``step_signature`` of each action, computed once per distinct action list."""
+    key = tuple(actions)
+    if key not in cache:
+        cache[key] = [step_signature(a) for a in actions]
+    return list(cache[key])
 
 
 def _keep_twins(stores: Stores, units: dict[str, _UnitOut]) -> None:
