@@ -18,7 +18,9 @@ ephemeral Prefect server (not timed), then
 * ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers);
 * ``peak_rss_mb`` -- the flow process's peak resident memory after the first night;
 * ``incremental_s`` -- with ``--incremental F``: a second night after ``F`` x episodes more
-  arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``).
+  arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``,
+  ``incr_partition_s``), with how many mining units it re-mined and carried forward
+  unchanged (``incr_units_mined`` / ``incr_units_kept``).
 
 Floors, measured in the same invocation right after the flows, in their own process on the
 runner's copy of the home (``--floors``, on by default): ``floor_scan_s`` reads every vector
@@ -133,7 +135,14 @@ def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> 
         out["incremental_s"] = round(time.perf_counter() - t0, 1)
         out["incr_cpu_s"] = round(_cpu() - cpu0, 1)
         out["incr_episodes"] = new
-        out["incr_partitions_done"] = sum(1 for r in again["results"] if not r["skipped"])
+        done = [r for r in again["results"] if not r["skipped"]]
+        out["incr_partitions_done"] = len(done)
+        out["incr_partition_s"] = round(
+            sum(sum((r.get("seconds") or {}).values()) for r in done), 1
+        )
+        # mining units re-mined vs carried forward unchanged (stages/mine/units.py)
+        out["incr_units_mined"] = sum(int(r.get("mine", {}).get("units_mined") or 0) for r in done)
+        out["incr_units_kept"] = sum(int(r.get("mine", {}).get("units_kept") or 0) for r in done)
     return out
 
 

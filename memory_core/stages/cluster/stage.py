@@ -158,6 +158,7 @@ def _label(goal: str | None, actions: list[str] | None, code: str) -> str:
 
 
 _VECTORS_BY_ID = 0.2  # fetch vectors by id when at most this share of the partition is new
+_MAX_IDS = 5000  # ... and at most this many (a longer IN list costs more than it saves)
 
 
 def _load_episodes(
@@ -191,7 +192,7 @@ def _load_episodes(
     if wanted.num_rows == 0:
         vector_type = stores.lance.table("episodes").schema.field("vector").type
         return wanted.append_column("vector", pa.nulls(0, vector_type)), skipped, kept.num_rows
-    if wanted.num_rows > _VECTORS_BY_ID * kept.num_rows:
+    if wanted.num_rows > min(_VECTORS_BY_ID * kept.num_rows, _MAX_IDS):
         full = stores.lance.scan("episodes", where=where, columns=["episode_id", "vector"])
     else:
         ids = in_list("episode_id", wanted.column("episode_id").to_pylist())
