@@ -133,17 +133,25 @@ def run_stages(home: Path, workers: int) -> dict[str, float]:
     cpu0 = _cpu()
     plan = plan_partitions(stores)
 
+    split = {"cluster": 0.0, "mine": 0.0}  # process CPU per stage: exact with --workers 1
+
     def one(work: object) -> None:
         part = work.partition  # type: ignore[attr-defined]
         with stores.meta.session():
+            c0 = _cpu()
             cluster_partition(stores, settings.cluster, ctx, part)
+            c1 = _cpu()
             mine_partition(stores, settings, ctx, part)
+            split["cluster"] += c1 - c0
+            split["mine"] += _cpu() - c1
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one, plan))
     return {
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": round(_cpu() - cpu0, 2),  # this process, every thread: what load spares
+        "cluster_cpu_seconds": round(split["cluster"], 2),
+        "mine_cpu_seconds": round(split["mine"], 2),
         "partitions": len(plan),
     }
 

@@ -230,9 +230,14 @@ class _Batch:
 
     ids: list[str]
     subjects: list[str | None]
-    labels: list[str]
+    goals: list[str | None]
+    actions: pa.ChunkedArray
     codes: list[str]
     features: np.ndarray
+
+    def label(self, row: int) -> str:
+        """A cluster's label from its seed episode (only seeds need one: made on demand)."""
+        return _label(self.goals[row], self.actions[row].as_py(), self.codes[row])
 
 
 def _signature_sets(
@@ -293,12 +298,11 @@ def _inputs(table: pa.Table, steps: StepsConfig, namespace: str) -> _Inputs:
 
 def _batch(inputs: _Inputs, choice: Choice) -> _Batch:
     table = inputs.table
-    actions = table.column("actions").to_pylist()
-    labels = [_label(g, a, c) for g, a, c in zip(inputs.goals, actions, inputs.codes, strict=True)]
     return _Batch(
         ids=table.column("episode_id").to_pylist(),
         subjects=table.column("subject_id").to_pylist(),
-        labels=labels,
+        goals=inputs.goals,
+        actions=table.column("actions"),
         codes=inputs.codes,
         features=inputs.features(choice.goal_weight, choice.steps_weight),
     )
@@ -575,7 +579,7 @@ def _incremental(
         cid = _fresh_id(partition, batch.ids[seed], taken)
         row_ids[row] = cid
         rows.append(row)
-        attrs.append((cid, batch.labels[seed], batch.codes[seed], ctx.now, ctx.now))
+        attrs.append((cid, batch.label(seed), batch.codes[seed], ctx.now, ctx.now))
     members = _member_table(
         partition, batch, [row_ids[int(r)] for r in labels], dists, [ctx.now] * len(batch.ids)
     )
@@ -661,7 +665,7 @@ def _recluster(
         created = prior["created_at"] if prior else ctx.now
         same = prior is not None and old_sets.get(cid) == new_sets[cid]
         updated = prior["updated_at"] if same and prior else ctx.now
-        attrs.append((cid, batch.labels[seed], batch.codes[seed], created, updated))
+        attrs.append((cid, batch.label(seed), batch.codes[seed], created, updated))
     assigned: list[datetime] = []
     for index, eid in enumerate(batch.ids):
         prior_member = old_member_rows.get(eid)
