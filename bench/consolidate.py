@@ -150,8 +150,9 @@ def run_stages(home: Path, workers: int) -> dict[str, float]:
     return {
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": round(_cpu() - cpu0, 2),  # this process, every thread: what load spares
-        "cluster_cpu_seconds": round(split["cluster"], 2),
-        "mine_cpu_seconds": round(split["mine"], 2),
+        # per stage only when partitions run one at a time (threads would count each other)
+        "cluster_cpu_seconds": round(split["cluster"], 2) if workers == 1 else None,
+        "mine_cpu_seconds": round(split["mine"], 2) if workers == 1 else None,
         "partitions": len(plan),
     }
 
