@@ -55,12 +55,14 @@ from memory_core.read.filters import (
 )
 from memory_core.read.pack import (
     apply_procedure_rules,
+    evidence_episodes,
     left_out_entries,
     pack,
     place_pitfalls,
     to_record,
 )
 from memory_core.read.rank import Candidate, fuse, query_terms, score_candidates
+from memory_core.stores.filters import in_list, sql_quote
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.schemas import ID_COLUMN
 
@@ -335,11 +337,12 @@ class Recaller:
                 merged[row[id_col]] = Candidate(name, row[id_col], row, distance=float(distance))
             if text_rows is not None:
                 for rank, row in enumerate(text_rows.to_pylist(), start=1):
-                    row.pop("_score", None)
+                    bm25 = row.pop("_score", None)
                     cand = merged.get(row[id_col])
                     if cand is None:
                         cand = merged[row[id_col]] = Candidate(name, row[id_col], row)
                     cand.text_rank = rank
+                    cand.text_score = float(bm25) if bm25 is not None else None
             pool.extend(merged.values())
             info[name] = {
                 "version": snaps[name].version,
@@ -370,6 +373,42 @@ class Recaller:
                 }
             )
         return out
+
+    def _bound_by_evidence(self, pool: list[Candidate], vector: np.ndarray, tenant: str) -> None:
+        """A fact is no closer to the query than the closest episode it rests on.
+
+        Why: a fact is a one-line summary of the turns it cites, written with its subject's
+        name ("Caroline: ... = Caroline has a guinea pig"); a question that names the subject
+        is near every such line, whatever it asks. The turn is the statement itself, so the
+        fact's vector distance becomes the larger of its own and its best evidence turn's
+        (read from the episodes table, within the tenant; a turn no longer there, e.g.
+        folded into a digest, leaves the fact's own distance). Facts that rest on no episode
+        (a corpus, another fact) are unchanged.
+        """
+        facts = [c for c in pool if c.table == "facts" and c.distance is not None]
+        cited = {c.record_id: evidence_episodes(c) for c in facts}
+        ids = set().union(*cited.values()) if cited else set()
+        if not ids or "episodes" not in self.store.table_names():
+            return
+        snap = self._snapshot("episodes")
+        where = f"tenant_id = {sql_quote(tenant)} AND {in_list('episode_id', ids)}"
+        rows = self._run(
+            "read the evidence of facts",
+            lambda: snap.to_table(columns=["episode_id", "vector"], filter=where),
+        )
+        query = vector / (np.linalg.norm(vector) or 1.0)
+        distance: dict[str, float] = {}
+        for eid, vec in zip(
+            rows.column("episode_id").to_pylist(), rows.column("vector").to_pylist(), strict=True
+        ):
+            if vec is None:
+                continue
+            v = np.asarray(vec, dtype=np.float32)
+            distance[eid] = 1.0 - float(np.dot(query, v / (np.linalg.norm(v) or 1.0)))
+        for cand in facts:
+            near = [distance[e] for e in cited[cand.record_id] if e in distance]
+            if near and cand.distance is not None:
+                cand.distance = max(cand.distance, min(near))
 
     # -- the public call --------------------------------------------------------------------
 
@@ -433,6 +472,7 @@ class Recaller:
         vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         limit = max(cfg.candidates_per_table, k)
         pool, table_info, snaps = self._search(tables, spec, vector, query, limit)
+        self._bound_by_evidence(pool, vector, tenant_id)
         searched = time.perf_counter()
 
         cohort = in_canary(tenant_id, subject_id, self.canary_fraction)

@@ -5,7 +5,8 @@ holds for the state the caller passed; an older active version (a supersession s
 flight, or a data error) is left out with its reason rather than served twice. Packing is
 greedy by score: a record that does not fit the remaining budget is skipped (and says so), and
 a smaller one below it may still fit. One statement is not paid for twice: a fact whose every
-evidence episode is already packed is skipped (the statements are served verbatim), and an
+evidence episode is already packed is skipped (the statements are served verbatim) unless it
+carries a marker the turns do not (contested, conflict, stale), and an
 episode a packed fact rests on is skipped (the fact serves it and names it in its provenance);
 the budget goes to the next record.
 Every candidate leaves with a decision and a reason.
@@ -29,6 +30,7 @@ __all__ = [
     "apply_procedure_rules",
     "display_text",
     "estimate_tokens",
+    "evidence_episodes",
     "left_out_entries",
     "pack",
     "place_pitfalls",
@@ -197,10 +199,10 @@ def pack(
     for cand in ranked:
         tokens = estimate_tokens(display_text(cand.table, cand.row), chars_per_token)
         cand.row["_tokens"] = tokens
-        cited = _evidence_episodes(cand)
+        cited = evidence_episodes(cand)
         if len(chosen) >= k:
             left.append((cand, f"below the top {k}"))
-        elif cited and cited <= served:
+        elif cited and cited <= served and not _marked(cand):
             # every statement it rests on is already served verbatim: the budget goes further
             left.append((cand, "covered by its served evidence: " + ", ".join(sorted(cited))))
         elif cand.table == "episodes" and cand.record_id in stated:
@@ -218,7 +220,13 @@ def pack(
     return chosen, left, used
 
 
-def _evidence_episodes(cand: Candidate) -> set[str]:
+def _marked(cand: Candidate) -> bool:
+    """A fact that says more than its turns: contested, in conflict or stale (the agent must
+    see the marker), so served evidence does not make it redundant."""
+    return bool(cand.conflict_with) or cand.row.get("status") in ("contested", "stale")
+
+
+def evidence_episodes(cand: Candidate) -> set[str]:
     """The episodes a fact rests on (its provenance); empty for anything else, or when a
     source is not an episode (a corpus document, another fact: not covered by turns)."""
     if cand.table != "facts":

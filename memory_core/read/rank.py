@@ -3,14 +3,22 @@
 Relevance is reciprocal rank fusion (RRF) of two legs over the whole candidate pool: the vector
 leg (cosine distance, comparable across tables since every table shares the embedder) and the
 full-text leg (BM25 over ``text``, where the table has an index), so an exact error code or
-identifier in the query lifts the records that contain it. RRF is normalised by its best
-possible value for the legs that ran, which keeps relevance in 0..1 like the other components:
+identifier in the query lifts the records that contain it. Both legs are ranked over the whole
+pool (the text leg by BM25 score, not per table: a small table's weak best match must not tie
+with a big table's strong one). RRF is normalised by its best possible value for the legs that
+ran, which keeps relevance in 0..1 like the other components:
 
     score = w_rel * relevance + w_entity * entity + w_recency * recency
           + w_importance * importance + w_authority * authority + w_outcome * outcome
           - p_conflict * conflict - p_stale * stale
 
 Each component is in 0..1, so the weights (``[recall]`` in the config) read as exchange rates.
+A prior nobody measured is neutral: a record without an importance, or an episode whose outcome
+is unknown (a chat turn), takes the mean of the candidates that have one, so a class whose rows
+carry the prior (facts: importance, confidence) is not lifted over one whose rows cannot (raw
+turns) by the default alone. Entity matching ignores the query terms that name the record's own
+subject: the scope already chose the subject, so its name says nothing about which record
+answers (every fact about "Caroline" names her; her own turns do not).
 ``reason`` names the components that drove the score, for the agent and for whoever debugs it.
 """
 
@@ -54,6 +62,7 @@ class Candidate:
     vector_rank: int | None = None
     distance: float | None = None
     text_rank: int | None = None
+    text_score: float | None = None  # the text leg's own score (BM25), ranked over the pool
     relevance: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
     score: float = 0.0
@@ -66,13 +75,21 @@ class Candidate:
 
 
 def fuse(candidates: list[Candidate], *, rrf_k: int, text_leg: bool) -> None:
-    """Global per-leg ranks over the pool, then normalised RRF into ``relevance``."""
+    """Global per-leg ranks over the pool, then normalised RRF into ``relevance``.
+
+    A text hit without a score keeps the rank its table's search gave it."""
     by_distance = sorted(
         (c for c in candidates if c.distance is not None),
         key=lambda c: (c.distance, c.table, c.record_id),
     )
     for rank, cand in enumerate(by_distance, start=1):
         cand.vector_rank = rank
+    by_text_score = sorted(
+        (c for c in candidates if c.text_score is not None),
+        key=lambda c: (-(c.text_score or 0.0), c.table, c.record_id),
+    )
+    for rank, cand in enumerate(by_text_score, start=1):
+        cand.text_rank = rank
     legs = 1 + int(text_leg)
     best = legs / (rrf_k + 1)
     for cand in candidates:
@@ -99,6 +116,8 @@ def _key_text(table: str, row: Mapping[str, Any]) -> str:
 
 def _entity(terms: list[str], table: str, row: Mapping[str, Any]) -> tuple[float, list[str]]:
     """Share of query terms found in the key fields; identifiers (with digits) count double."""
+    own = set(query_terms(str(row.get("subject_id") or "")))
+    terms = [t for t in terms if t not in own]
     if not terms:
         return 0.0, []
     keys: set[str] = set()
@@ -141,6 +160,21 @@ def _importance(row: Mapping[str, Any]) -> float:
     return min(max(float(value), 0.0), 1.0) if value is not None else 0.5
 
 
+def _unknown_outcome(table: str, row: Mapping[str, Any]) -> bool:
+    return table == "episodes" and str(row.get("outcome") or "unknown") == "unknown"
+
+
+def _neutral_priors(candidates: list[Candidate]) -> tuple[float, float]:
+    """The pool's mean importance and outcome over the candidates that have one (0.5 when
+    none does): what a record without the prior is given (module docstring)."""
+    importance = [_importance(c.row) for c in candidates if c.row.get("importance") is not None]
+    outcome = [_outcome(c.table, c.row) for c in candidates if not _unknown_outcome(c.table, c.row)]
+    return (
+        sum(importance) / len(importance) if importance else 0.5,
+        sum(outcome) / len(outcome) if outcome else 0.5,
+    )
+
+
 def _mark_conflicts(candidates: list[Candidate]) -> None:
     """Two served objects for one (subject, predicate, conditions) contradict each other."""
     groups: dict[tuple[Any, ...], list[Candidate]] = {}
@@ -176,6 +210,7 @@ def score_candidates(
         "authority": config.weight_authority,
         "outcome": config.weight_outcome,
     }
+    neutral_importance, neutral_outcome = _neutral_priors(candidates)
     for cand in candidates:
         row = cand.row
         entity, hits = _entity(terms, cand.table, row)
@@ -187,10 +222,12 @@ def score_candidates(
             "relevance": cand.relevance,
             "entity": entity,
             "recency": recency,
-            "importance": _importance(row),
+            "importance": _importance(row) if row.get("importance") is not None
+            else neutral_importance,
             "authority": _authority(row),
-            "outcome": _outcome(cand.table, row),
-        }
+            "outcome": neutral_outcome if _unknown_outcome(cand.table, row)
+            else _outcome(cand.table, row),
+        }  # fmt: skip
         gains = {k: weights[k] * v for k, v in comps.items()}
         penalties = {
             "conflict": config.penalty_conflict * conflict,
