@@ -16,23 +16,15 @@ evidence, or as one explicit, important statement of the user about themself.
     statements.py  extracted facts as claims-path statements, and the proposal rule
 """
 
-from memory_core.stages.extract.prompt import ExtractAnswer, ExtractedFact, prompt_version
-from memory_core.stages.extract.replay import Replay, load_replay
-from memory_core.stages.extract.stage import (
-    NO_KEY_MESSAGE,
-    REPLAY_LABEL,
-    ExtractResult,
-    extract_facts,
-)
+from memory_core.stages._exports import lazy_exports
 
-__all__ = [
-    "NO_KEY_MESSAGE",
-    "REPLAY_LABEL",
-    "ExtractAnswer",
-    "ExtractResult",
-    "ExtractedFact",
-    "Replay",
-    "extract_facts",
-    "load_replay",
-    "prompt_version",
-]
+# lazy (PEP 562): the claims path (stages/mine) imports ``statements`` on every consolidation,
+# and an eager import here would load the anthropic SDK (~2 CPU s, +45 MB) into every night
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "prompt": ["ExtractAnswer", "ExtractedFact", "prompt_version"],
+        "replay": ["Replay", "load_replay"],
+        "stage": ["NO_KEY_MESSAGE", "REPLAY_LABEL", "ExtractResult", "extract_facts"],
+    },
+)

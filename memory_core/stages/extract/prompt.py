@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
-from anthropic import transform_schema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_core.config import ExtractConfig
@@ -27,7 +27,7 @@ from memory_core.models import content_hash
 from memory_core.stores.llm import EXTRACT_PROMPT
 
 __all__ = [
-    "ANSWER_SCHEMA",
+    "ANSWER_SCHEMA",  # noqa: F822  (module __getattr__)
     "RUBRIC",
     "ExtractAnswer",
     "ExtractedFact",
@@ -69,7 +69,14 @@ class ExtractAnswer(BaseModel):
     facts: list[ExtractedFact] = Field(max_length=300)
 
 
-ANSWER_SCHEMA: dict[str, Any] = transform_schema(ExtractAnswer)
+@cache
+def answer_schema() -> dict[str, Any]:
+    """The strict JSON schema of ExtractAnswer. Built on first use, not at import: the claims
+    path imports this package on every consolidation and must not load the anthropic SDK."""
+    from anthropic import transform_schema
+
+    return transform_schema(ExtractAnswer)
+
 
 RUBRIC = """\
 You extract long-term memory for AI agents from conversations. A batch pipeline sends you \
@@ -100,14 +107,28 @@ or a tool's claim about the user is still the agent's or tool's (say so in speak
 When a later turn changes an earlier fact, return both, each with its own evidence. \
 Answer with the JSON object only: {"facts": [...]}."""
 
-PROMPT_FINGERPRINT = content_hash({"rubric": RUBRIC, "schema": ANSWER_SCHEMA})[:8]
+
+@cache
+def prompt_fingerprint() -> str:
+    """Hash of the rubric and the schema (part of the cache key's prompt version)."""
+    return content_hash({"rubric": RUBRIC, "schema": answer_schema()})[:8]
+
+
+def __getattr__(name: str) -> Any:
+    """``ANSWER_SCHEMA`` and ``PROMPT_FINGERPRINT`` as module constants, computed once on use."""
+    if name == "ANSWER_SCHEMA":
+        return answer_schema()
+    if name == "PROMPT_FINGERPRINT":
+        return prompt_fingerprint()
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
 
 
 def prompt_version(config: ExtractConfig) -> str:
     """Cache-key prompt version: the stage's prefix, the configured version, the fingerprint
     and the cuts that change what is sent (so a new cut is a new key, not a stale hit)."""
     cuts = f"{config.max_chars_user}.{config.max_chars_other}"
-    return f"{EXTRACT_PROMPT}-{config.prompt_version}+{PROMPT_FINGERPRINT}.{cuts}"
+    return f"{EXTRACT_PROMPT}-{config.prompt_version}+{prompt_fingerprint()}.{cuts}"
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,7 @@ def request_params(user_text: str, config: ExtractConfig, *, model: str) -> dict
         "max_tokens": config.max_tokens,
         "system": [{"type": "text", "text": RUBRIC, "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": user_text}],
-        "output_config": {"format": {"type": "json_schema", "schema": ANSWER_SCHEMA}},
+        "output_config": {"format": {"type": "json_schema", "schema": answer_schema()}},
     }
 
 

@@ -1,0 +1,31 @@
+"""Consolidation (cluster + mine) must not load the anthropic SDK: it costs ~2 CPU s and ~45 MB
+in every process that only clusters and mines (bench/consolidate.py measured it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_cluster_and_mine_import_without_the_sdk():
+    code = (
+        "import sys\n"
+        "import memory_core.stages.cluster.stage, memory_core.stages.mine.stage\n"
+        "from memory_core.stages.extract.statements import proposal_rule\n"
+        "loaded = sorted(m for m in sys.modules if m == 'anthropic' or m.startswith('anthropic.'))\n"
+        "print(len(loaded))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_the_extract_package_still_exports_its_names_and_schema():
+    from memory_core.config import ExtractConfig
+    from memory_core.stages import extract
+    from memory_core.stages.extract import prompt
+
+    assert extract.extract_facts.__name__ == "extract_facts"
+    assert prompt.ANSWER_SCHEMA is prompt.answer_schema()
+    assert prompt.PROMPT_FINGERPRINT in extract.prompt_version(ExtractConfig())
