@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import episode
+from tests.kit import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def memctl(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "memory_core.cli", *args, "--home", str(home)],
         capture_output=True,
         text=True,
@@ -82,7 +83,7 @@ def test_invalid_config_fails_at_start_naming_the_key(tmp_path):
     env_home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_CLUSTER__THRESHOLD"] = "-3"
-    result = subprocess.run(
+    result = forkserver.run(
         [sys.executable, "-m", "memory_core.cli", "status", "--home", str(env_home)],
         capture_output=True,
         text=True,

@@ -13,12 +13,13 @@ from typer.testing import CliRunner
 
 from memory_core.cli import app
 from tests.conftest import episode
+from tests.kit import forkserver
 
 
 def memctl(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "memory_core.cli", *args, "--home", str(home)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip

@@ -25,6 +25,7 @@ from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.score import score_candidates
 from memory_core.stores import open_stores
+from tests.kit import forkserver
 
 JUNE_28 = "2026-06-28T12:00:00Z"
 runner = CliRunner()
@@ -130,7 +131,7 @@ def test_every_review_command_has_help():
 def _real(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "memory_core.cli", *args, "--home", str(home)],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip

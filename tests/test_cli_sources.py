@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from memory_core.stages.score import score_candidates
 from memory_core.stages.staleness import run_staleness
 from memory_core.stores import open_stores
 from memory_core.stores.review import list_batches
+from tests.kit import forkserver
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 runner = CliRunner()
@@ -114,7 +114,7 @@ def test_bad_sources_file_names_line_and_field_and_writes_nothing(home: Path, tm
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    proc = subprocess.run(
+    proc = forkserver.run(
         [sys.executable, "-m", "memory_core.cli", "sources", "update", str(path), "--home",
          str(home)],
         capture_output=True, text=True, env=env, timeout=120, check=False,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -28,6 +27,7 @@ from memory_core.stores.candidates import list_candidates
 from memory_core.stores.ledger import finish_run, start_run
 from memory_core.stores.llm import LedgerEntry, record_ledger
 from tests.conftest import NOW, episode, lines_of
+from tests.kit import forkserver
 
 
 class _Checker(HTMLParser):
@@ -174,7 +174,7 @@ def test_memctl_report_cli(history, settings):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
-    out = subprocess.run(
+    out = forkserver.run(
         [sys.executable, "-m", "memory_core.cli", "report", "--home", str(settings.home),
          "--format", "json"],
         capture_output=True, text=True, env=env, timeout=120, check=False,

@@ -14,6 +14,7 @@ import pytest
 
 from memory_core.lease import LeaseHeld, acquire, current_holder, hold
 from memory_core.stores import Stores
+from tests.kit import forkserver
 
 
 def _plant(stores: Stores, *, holder: str, pid: int, host: str, expires_in_s: float) -> None:
@@ -97,7 +98,7 @@ def test_a_holder_killed_with_sigkill_is_taken_over_at_once(stores: Stores, sett
         "acquire(open_stores(s).meta, holder='run_killed', flow='f', ttl_s=3600)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    proc = subprocess.run(
+    proc = forkserver.run(
         [sys.executable, "-c", code, str(settings.home)], capture_output=True, timeout=120
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()

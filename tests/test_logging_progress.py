@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from rich.console import Console
 from memory_core.cli_progress import byte_bar, enabled, steps
 from memory_core.logging_setup import JsonFormatter, log_format, prefect_logging
 from tests.conftest import episode, lines_of
+from tests.kit import forkserver
 
 MEMCTL = str(Path(sys.executable).with_name("memctl"))
 
@@ -83,7 +83,7 @@ def test_bars_draw_on_a_terminal_only_in_text_mode(monkeypatch: pytest.MonkeyPat
 def test_cli_log_format_json_makes_every_stderr_line_json(tmp_path: Path) -> None:
     data = tmp_path / "episodes.jsonl"
     data.write_text("\n".join(lines_of(episode(), episode(episode_id="e2"))) + "\n")
-    proc = subprocess.run(
+    proc = forkserver.run(
         [MEMCTL, "--log-format", "json", "ingest", str(data), "--home", str(tmp_path / "h"),
          "--format", "json"],
         capture_output=True, text=True, timeout=120, check=False,
@@ -99,7 +99,7 @@ def test_cli_log_format_json_makes_every_stderr_line_json(tmp_path: Path) -> Non
 
 
 def test_cli_rejects_an_unknown_log_format(tmp_path: Path) -> None:
-    proc = subprocess.run(
+    proc = forkserver.run(
         [MEMCTL, "--log-format", "xml", "status", "--home", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -43,6 +43,9 @@ class LocalPrefect:
             DO_NOT_TRACK="1",
             PREFECT_LOGGING_LEVEL="WARNING",
             PREFECT_LOGGING_TO_API_ENABLED="false",
+            # what memctl would set before importing Prefect (cli_support.prefect_env): a
+            # process may then be forked from one that imported Prefect (kit/forkserver.py)
+            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
             MEMCTL_EMBED__MODEL="hash",
         )
         env.update(extra)

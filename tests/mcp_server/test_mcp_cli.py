@@ -9,11 +9,12 @@ from pathlib import Path
 
 from memory_core.config import load_settings
 from memory_core.mcp_server.auth import TokenTable
+from tests.kit import forkserver
 from tests.kit.mcp import server_env
 
 
 def memctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "memory_core.cli", *args],
         env=server_env(),
         capture_output=True,

@@ -21,6 +21,7 @@ from memory_core.stores import Stores
 from memory_core.transcripts import TranscriptFormat
 from memory_core.transcripts.ingest import TranscriptIngestResult, ingest_transcripts
 from tests.conftest import NOW
+from tests.kit import forkserver
 from tests.transcripts.sessions import (
     API_KEY,
     DB_PASSWORD,
@@ -181,7 +182,7 @@ def test_cli_ingest_from(tmp_path) -> None:
     home = tmp_path / "home"
 
     def memctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return forkserver.run(
             [sys.executable, "-m", "memory_core.cli", *args, "--home", str(home)],
             capture_output=True, text=True, env=env, timeout=120, check=False,
         )  # fmt: skip

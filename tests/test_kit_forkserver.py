@@ -1,0 +1,70 @@
+"""tests/kit/forkserver.py gives what ``subprocess.run`` gives for the command lines it forks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kit import forkserver
+
+CODE = (
+    "import os, sys\n"
+    "print('argv', sys.argv[1:], os.getcwd(), os.environ.get('KIT_PROBE'))\n"
+    "print('in', sys.stdin.read())\n"
+    "print('ünïcode on stderr', file=sys.stderr)\n"
+    "import atexit\n"
+    "atexit.register(lambda: print('atexit ran'))\n"
+    "sys.exit(int(sys.argv[1]))\n"
+)
+
+
+def _both(args: list[str], **kwargs: object) -> tuple[object, object]:
+    real = subprocess.run(args, **kwargs)  # type: ignore[call-overload]
+    forked = forkserver.run(args, **kwargs)  # type: ignore[arg-type]
+    return real, forked
+
+
+def test_a_forked_command_line_is_the_real_one(tmp_path: Path) -> None:
+    env = {**os.environ, "KIT_PROBE": "seen"}
+    real, forked = _both(
+        [sys.executable, "-c", CODE, "3", "x y"],
+        env=env, cwd=tmp_path, input="stdin text", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert isinstance(real, subprocess.CompletedProcess)
+    assert isinstance(forked, subprocess.CompletedProcess)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        real.returncode, real.stdout, real.stderr,
+    )  # fmt: skip
+    assert real.returncode == 3 and "atexit ran" in real.stdout
+
+
+def test_module_errors_signals_and_timeouts(tmp_path: Path) -> None:
+    real, forked = _both(
+        [sys.executable, "-m", "json.tool", str(tmp_path / "missing.json")],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert isinstance(real, subprocess.CompletedProcess)
+    assert isinstance(forked, subprocess.CompletedProcess)
+    assert (forked.returncode, forked.stdout) == (real.returncode, real.stdout) and real.returncode
+    raised = forkserver.run([sys.executable, "-c", "raise ValueError('boom')"], capture_output=True)
+    assert raised.returncode == 1
+    assert raised.stderr.decode().splitlines()[1:] == [
+        '  File "<string>", line 1, in <module>',
+        "ValueError: boom",
+    ]  # fmt: skip: the traceback a fresh interpreter prints, nothing of the server's
+    killed = forkserver.run(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    )
+    assert killed.returncode == -9
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=1)
+
+
+def test_prefect_is_preloaded_only_for_an_environment_memctl_would_not_change() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    with pytest.raises(ValueError, match="PREFECT_HOME"):
+        forkserver.run([sys.executable, "-c", "pass"], env=env, preload_prefect=True)
