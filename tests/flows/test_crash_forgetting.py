@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +25,7 @@ from memory_core.lease import current_holder
 from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, snapshot
 from tests.flows.test_crash_nightly import NOW, template  # noqa: F401 (fixture)
+from tests.kit import forkserver
 from tests.kit.prefect import LocalPrefect, local_prefect
 
 LATER = NOW + timedelta(days=60)
@@ -105,12 +105,13 @@ def test_killed_forgetting_converges_on_rerun(
 ) -> None:
     home = tmp_path / "home"
     shutil.copytree(consolidated, home)
-    killed = subprocess.run(
+    killed = forkserver.run(
         [sys.executable, "-c", RUN, str(home), LATER.isoformat()],
         env=server.env(MEMCTL_KILL_AT=point),
         capture_output=True,
         timeout=180,
         check=False,
+        preload_prefect=True,  # a real process, forked from one that imported Prefect
     )
     assert killed.returncode == -9, (
         f"{point} was not reached (exit {killed.returncode}): {killed.stderr.decode()[-1500:]}"

@@ -1,8 +1,9 @@
 """Crash safety: SIGKILL the nightly flow's process at every kill point, rerun, compare.
 
 Each case copies one ingested home, runs ``memctl consolidate`` in a subprocess (a real flow
-run against a real local Prefect server) with ``MEMCTL_KILL_AT=<point>`` so the process kills
-itself there with SIGKILL, then reruns the flow uninterrupted and compares with a run that was
+run against a real local Prefect server; the process is forked from one that has already
+imported Prefect and the SDK, tests/kit/forkserver.py) with ``MEMCTL_KILL_AT=<point>`` so the
+process kills itself there with SIGKILL, then reruns the flow uninterrupted and compares with a run that was
 never interrupted: the same rows in every Lance and DuckDB table (minus run ids and write
 times), no duplicate ids, no lost episode, and no LLM request sent twice (the fake Anthropic
 API on loopback counts every request from every process).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -32,6 +32,7 @@ from memory_core.lease import current_holder
 from memory_core.stages.ingest import ingest_records
 from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, fake_anthropic_server, scenario_lines, snapshot
+from tests.kit import forkserver
 from tests.kit.anthropic import FakeAnthropic
 from tests.kit.prefect import LocalPrefect, local_prefect
 
@@ -166,12 +167,13 @@ def test_killed_run_converges_on_rerun(
     shutil.copytree(template, home)
     _reset(fake)
     memctl = Path(sys.executable).with_name("memctl")
-    killed = subprocess.run(
+    killed = forkserver.run(
         [str(memctl), "consolidate", "--home", str(home), "--now", NOW.isoformat()],
         env=server.env(**_env(url), MEMCTL_KILL_AT=point),
         capture_output=True,
         timeout=180,
         check=False,
+        preload_prefect=True,  # a real process, forked from one that imported Prefect
     )
     assert killed.returncode == -9, (
         f"{point} was not reached (exit {killed.returncode}): {killed.stderr.decode()[-1500:]}"
