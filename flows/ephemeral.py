@@ -11,7 +11,9 @@ parent dies, however it dies.
 Prefect's own command line is kept (its ``_run_uvicorn_command``); only ``Popen`` changes.
 The instance is registered where Prefect looks for its ephemeral server
 (``SubprocessASGIServer._instances[None]``), so every Prefect client of this process uses it.
-Elsewhere (macOS, a server already chosen, ``PREFECT_API_URL`` set) nothing changes.
+Elsewhere (macOS, a server already chosen, ``PREFECT_API_URL`` set) nothing changes, and
+Prefect's server app (FastAPI, ~2.5 CPU s and ~85 MB to import) is never imported: a command
+talking to a configured Prefect API does not pay for a server it will not start.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
-from prefect.server.api import server as prefect_server
 from prefect.settings import PREFECT_API_URL
 
 __all__ = [
@@ -80,38 +82,45 @@ class _PopenDiesWithParent:
         return getattr(subprocess, name)
 
 
-class _TiedServer(prefect_server.SubprocessASGIServer):
-    """Prefect's ephemeral server, started with a parent-death signal when started from the
-    main thread (the signal follows the thread that forks the child: a worker thread that
-    ends would take the server with it, so from one the server starts as Prefect starts it)."""
+@cache
+def _tied_server_class() -> type[Any]:
+    """Prefect's ephemeral server class, started with a parent-death signal when started from
+    the main thread (the signal follows the thread that forks the child: a worker thread that
+    ends would take the server with it, so from one the server starts as Prefect starts it).
+    Built on first use: it needs Prefect's server app."""
+    from prefect.server.api import server as prefect_server
 
-    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return super()._run_uvicorn_command()
-        real = prefect_server.subprocess
-        prefect_server.subprocess = _PopenDiesWithParent()  # type: ignore[assignment]
-        try:
-            return super()._run_uvicorn_command()
-        finally:
-            prefect_server.subprocess = real
+    class _TiedServer(prefect_server.SubprocessASGIServer):  # type: ignore[misc]
+        def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+            if threading.current_thread() is not threading.main_thread():
+                return super()._run_uvicorn_command()
+            real = prefect_server.subprocess
+            prefect_server.subprocess = _PopenDiesWithParent()  # type: ignore[assignment]
+            try:
+                return super()._run_uvicorn_command()
+            finally:
+                prefect_server.subprocess = real
+
+    return _TiedServer
 
 
-def register_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
+def register_ephemeral_server() -> Any:
     """Make the server Prefect starts on demand in this process a tied one (not started yet);
     None when Prefect will use another API (``PREFECT_API_URL``) or off Linux."""
     if PREFECT_API_URL.value() or not sys.platform.startswith("linux"):
         return None
-    instances = prefect_server.SubprocessASGIServer._instances
+    tied = _tied_server_class()
+    instances = tied._instances
     existing = instances.get(None)
     if existing is not None:
         return existing  # registered or started already: keep it
-    server = object.__new__(_TiedServer)
+    server = object.__new__(tied)
     server.__init__(None)  # type: ignore[misc]
     instances[None] = server
     return server
 
 
-def start_ephemeral_server() -> prefect_server.SubprocessASGIServer | None:
+def start_ephemeral_server() -> Any:
     """Start this process's ephemeral server now, from the main thread, tied to the process;
     None when Prefect will use another API, off Linux, or off the main thread."""
     if threading.current_thread() is not threading.main_thread():
