@@ -126,6 +126,12 @@ SUBJECT_TABLES: dict[str, TableRule] = {
     "extract_sessions": TableRule(
         "delete", ("session_key",), "done marks of sessions with the subject's extracted facts"
     ),
+    "mine_units": TableRule(
+        "none",
+        (),
+        "unit keys (cluster ids, error codes), input fingerprints, candidate ids: "
+        "a unit that held the subject's episodes gets another fingerprint and is mined again",
+    ),
     "extracted_facts": TableRule(
         "delete", ("subject_id", "evidence"), "facts about the subject or resting on its records"
     ),
