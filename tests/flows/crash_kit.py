@@ -45,6 +45,11 @@ VOLATILE = {
     "resumed",
     "submitted_by_run",
 }
+# Inside JSON bodies only (a candidate's stats): which batch paid for a score is known to the
+# run that collected it; a rerun after a kill between caching and updating reads the cached
+# answer (score_source "cache", no message or batch id). The batch records themselves (the
+# llm_batches.batch_id column) are still compared.
+VOLATILE_IN_JSON = VOLATILE | {"batch_id"}
 # Not compared: `runs` and `audit_log` are history (the killed run did start, and did act);
 # `leases` is empty after any finished run; `schema_version` is the file's own bookkeeping.
 HISTORY_TABLES = {"runs", "audit_log", "leases", "schema_version"}
@@ -114,16 +119,17 @@ def crash_answer(params: dict[str, Any], attempt: int) -> str:
     return json.dumps({"facts": facts})
 
 
-def _normal(value: Any) -> Any:
+def _normal(value: Any, *, in_json: bool = False) -> Any:
     if isinstance(value, str) and value[:1] in "{[":
         try:
-            return _normal(json.loads(value))
+            return _normal(json.loads(value), in_json=True)
         except ValueError:
             return value
     if isinstance(value, dict):
-        return {k: _normal(v) for k, v in sorted(value.items()) if k not in VOLATILE}
+        drop = VOLATILE_IN_JSON if in_json else VOLATILE
+        return {k: _normal(v, in_json=in_json) for k, v in sorted(value.items()) if k not in drop}
     if isinstance(value, list):
-        return [_normal(v) for v in value]
+        return [_normal(v, in_json=in_json) for v in value]
     return value
 
 
