@@ -333,6 +333,8 @@ def render_markdown(result: dict[str, Any]) -> str:
     for name, data in _datasets(result).items():
         if data.get("skipped"):
             lines.append(f"- {name}: skipped, {data['skipped']}")
+        if data.get("run_note"):  # a data set measured in a run of its own, and how
+            lines.append(f"- {name}: {data['run_note']}")
     lines += [
         "",
         "## Gates (must be 0 on every data set)",
