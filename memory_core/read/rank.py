@@ -155,9 +155,9 @@ def _outcome(table: str, row: Mapping[str, Any]) -> float:
     return float(confidence) if confidence is not None else 0.5
 
 
-def _importance(row: Mapping[str, Any]) -> float:
+def _importance(row: Mapping[str, Any], unknown: float = 0.5) -> float:
     value = row.get("importance")
-    return min(max(float(value), 0.0), 1.0) if value is not None else 0.5
+    return min(max(float(value), 0.0), 1.0) if value is not None else unknown
 
 
 def _unknown_outcome(table: str, row: Mapping[str, Any]) -> bool:
@@ -222,8 +222,7 @@ def score_candidates(
             "relevance": cand.relevance,
             "entity": entity,
             "recency": recency,
-            "importance": _importance(row) if row.get("importance") is not None
-            else neutral_importance,
+            "importance": _importance(row, neutral_importance),
             "authority": _authority(row),
             "outcome": neutral_outcome if _unknown_outcome(cand.table, row)
             else _outcome(cand.table, row),

@@ -9,7 +9,7 @@ can become a preference, and code, not the model, decides which statements those
 
 The answer schema goes out as ``output_config.format`` (structured output, as the score stage
 sends it); the server does not enforce bounds, so the answer is validated here with pydantic.
-``PROMPT_FINGERPRINT`` (rubric + schema) is part of the cache key's prompt version.
+``prompt_fingerprint()`` (rubric + schema) is part of the cache key's prompt version.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from memory_core.models import content_hash
 from memory_core.stores.llm import EXTRACT_PROMPT
 
 __all__ = [
-    "ANSWER_SCHEMA",  # noqa: F822  (module __getattr__)
     "RUBRIC",
     "ExtractAnswer",
     "ExtractedFact",
     "InvalidExtraction",
     "Turn",
+    "answer_schema",
     "parse_extraction",
+    "prompt_fingerprint",
     "prompt_version",
     "render_sessions",
     "request_params",
@@ -112,16 +113,6 @@ Answer with the JSON object only: {"facts": [...]}."""
 def prompt_fingerprint() -> str:
     """Hash of the rubric and the schema (part of the cache key's prompt version)."""
     return content_hash({"rubric": RUBRIC, "schema": answer_schema()})[:8]
-
-
-def __getattr__(name: str) -> Any:
-    """``ANSWER_SCHEMA`` and ``PROMPT_FINGERPRINT`` as module constants, computed once on use."""
-    if name == "ANSWER_SCHEMA":
-        return answer_schema()
-    if name == "PROMPT_FINGERPRINT":
-        return prompt_fingerprint()
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
 
 
 def prompt_version(config: ExtractConfig) -> str:
