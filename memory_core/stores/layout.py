@@ -10,8 +10,10 @@ full-text index (24.2 s, the bare Lance floor; bench/forget.py). Two things fix 
   ``fragment_rows`` rows, committed as one Lance ``Rewrite`` of all old fragments (readers
   see the old or the new layout, never half); the indices then cover the new fragments
   through ``optimize_indices`` (which rebuilt them from the new fragments here: indexed rows
-  equal the table's rows afterwards). Rows are read through ``take`` in key order, so memory
-  holds one output fragment at a time, not the table.
+  equal the table's rows afterwards), except a full-text index, which is rebuilt as one
+  segment per fragment (``segment_fts``) so that a delete re-indexes one fragment's rows.
+  Rows are read through ``take`` in key order, so memory holds one output fragment at a
+  time, not the table.
 * a compaction target of ``fragment_rows`` (stored in the table's config, read by every
   compaction: ``compaction_options``): with Lance's default target (1M rows) every fragment
   below it is a candidate and adjacent ones are merged, so a delete in one fragment pulled
@@ -43,6 +45,7 @@ __all__ = [
     "LayoutStats",
     "compaction_options",
     "regroup",
+    "segment_fts",
     "subject_share",
 ]
 
@@ -135,6 +138,45 @@ def _order(ds: lance.LanceDataset) -> np.ndarray:
     return pc.sort_indices(keyed, sort_keys=[("t", "ascending"), ("s", "ascending")]).to_numpy()
 
 
+def _inverted(ds: lance.LanceDataset) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, column, tokenizer parameters) of every full-text index of ``ds``."""
+    out = []
+    for index in ds.describe_indices():
+        if str(index.index_type).lower() != "inverted" or len(index.field_names) != 1:
+            continue
+        stats = ds.stats.index_stats(index.name)
+        params = dict((stats.get("indices") or [{}])[0].get("params") or {})
+        params.pop("lance_tokenizer", None)  # derived from the column's type, not an option
+        out.append((index.name, index.field_names[0], params))
+    return out
+
+
+def segment_fts(ds: lance.LanceDataset) -> dict[str, int]:
+    """Rebuild every full-text index of ``ds`` as one segment per fragment, committed as one
+    logical index (same name, same tokenizer); {index name: segments}.
+
+    Why: materialising a delete remaps every index segment that covers a rewritten fragment.
+    One segment over the whole table made a one-fragment delete rewrite the postings of every
+    row (bench/forget.py: the full-text index cost most of the grouped floor); with a segment
+    per fragment it rewrites one fragment's postings. Rows appended later are folded by
+    ``optimize_indices`` into the newest segment until the next regroup segments it again.
+    A search reads every segment (BM25 statistics per segment)."""
+    out: dict[str, int] = {}
+    fragments = [f.fragment_id for f in ds.get_fragments()]
+    if len(fragments) < 2:
+        return out
+    for name, column, params in _inverted(ds):
+        segments = [
+            ds.create_index_uncommitted(
+                column, "INVERTED", name=name, fragment_ids=[fid], replace=True, **params
+            )
+            for fid in fragments
+        ]
+        ds = ds.commit_existing_index_segments(name, column, segments)
+        out[name] = len(segments)
+    return out
+
+
 def regroup(
     ds: lance.LanceDataset,
     fragment_rows: int,
@@ -169,12 +211,15 @@ def regroup(
     )
     done.update_config({FRAGMENT_ROWS_KEY: str(fragment_rows)})
     done = lance.dataset(ds.uri, storage_options=storage_options or None)
+    segmented = segment_fts(done)
+    done = lance.dataset(ds.uri, storage_options=storage_options or None)
     if done.describe_indices():
         done.optimize.optimize_indices()
     out = {
         "rows": rows,
         "fragments_before": len(old),
         "fragments_after": len(new),
+        "fts_segments": segmented,
         "seconds": round(time.perf_counter() - t0, 3),
     }
     logger.info("regrouped %s by tenant and subject: %s", ds.uri, out)

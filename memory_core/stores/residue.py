@@ -63,15 +63,21 @@ class Needles:
     def _name_patterns(self) -> list[re.Pattern[bytes]]:
         """A long name as a whole id; a short one only JSON-quoted (``"u1"``): two free
         bytes turn up by chance in binary pages (vectors), a quoted six do not."""
+        return [pattern for _, pattern, _ in self._name_probes()]
+
+    def _name_probes(self) -> list[tuple[bytes, re.Pattern[bytes], int]]:
+        """(literal, pattern, bytes a match starts before the literal) per name spelling:
+        ``_holds_name`` finds the literal first and tries the pattern only there."""
         out = []
         for name in self.names:
             for spelling in spellings(name):
                 raw = spelling.encode()
                 if len(raw) < _MIN_FREE_NAME:
                     quoted = rb'\\*"' + re.escape(raw) + rb'\\*"'  # "u1", \"u1\" in JSON in JSON
-                    out.append(re.compile(quoted))
+                    out.append((raw, re.compile(quoted), 1))
                 else:
-                    out.append(re.compile(_NOT_ID_BEFORE + re.escape(raw) + _NOT_ID_AFTER))
+                    pattern = _NOT_ID_BEFORE + re.escape(raw) + _NOT_ID_AFTER
+                    out.append((raw, re.compile(pattern), 0))
         return out
 
     def _plain(self) -> list[bytes]:
@@ -138,26 +144,41 @@ def home_files(home: Path) -> Iterator[Path]:
             yield path
 
 
-def _file_holds(path: Path, patterns: list[re.Pattern[bytes]], plain: list[bytes]) -> bool:
+_Probe = tuple[bytes, re.Pattern[bytes], int]
+
+
+def _holds_name(data: bytes | mmap.mmap, probes: list[_Probe]) -> bool:
+    """Whether a name pattern matches in ``data``: the same answer as ``pattern.search``.
+
+    Why: a pattern that opens with a lookbehind defeats ``re``'s literal-prefix search and
+    crawled at ~17 MB/s over Lance data files (the byte scan cost more than the deletion it
+    verifies); ``find`` locates the literal at memory speed and the pattern is tried only where
+    a match could start (at the literal, or at the quote right before it)."""
+    for raw, pattern, back in probes:
+        pos = data.find(raw)
+        while pos >= 0:
+            if pos >= back and pattern.match(data, pos - back):
+                return True
+            pos = data.find(raw, pos + 1)
+    return False
+
+
+def _file_holds(path: Path, probes: list[_Probe], plain: list[bytes]) -> bool:
     try:
         with path.open("rb") as fh:
             if path.stat().st_size == 0:
                 return False
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return any(p.search(data) for p in patterns) or any(
-                    data.find(x) >= 0 for x in plain
-                )
+                return _holds_name(data, probes) or any(data.find(x) >= 0 for x in plain)
     except (FileNotFoundError, ValueError):  # gone meanwhile, or emptied
         return False
 
 
 def scan_home(home: Path, needles: Needles) -> list[str]:
     """Paths (relative to the home) of files whose bytes hold a needle."""
-    patterns, plain = needles._name_patterns(), needles._plain()
+    probes, plain = needles._name_probes(), needles._plain()
     return [
-        str(path.relative_to(home))
-        for path in home_files(home)
-        if _file_holds(path, patterns, plain)
+        str(path.relative_to(home)) for path in home_files(home) if _file_holds(path, probes, plain)
     ]
 
 

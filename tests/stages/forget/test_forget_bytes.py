@@ -10,11 +10,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
 from memory_core.context import Partition, RunContext
 from memory_core.stages.cluster import cluster_partition
 from memory_core.stages.forget import forget_subject
 from memory_core.stages.mine import mine_partition
-from memory_core.stores.residue import Needles, scan_home
+from memory_core.stores.residue import Needles, _holds_name, scan_home
 from tests.conftest import NOW, episode, lines_of
 
 SUBJECT = "quentin.privacy"
@@ -173,3 +177,19 @@ def test_scan_home_reads_every_file(tmp_path):
     (tmp_path / "a" / "b" / "blob.bin").write_bytes(b"\x00\x01zoe.smith\x00")
     (tmp_path / "empty").write_bytes(b"")
     assert scan_home(tmp_path, Needles.of(["zoe.smith"])) == ["a/b/blob.bin"]
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    name=st.sampled_from(["u1", "ann.lee", "zoë", "s00042", 'q"x']),
+    parts=st.lists(
+        st.sampled_from(["u1", "ann.lee", "zoë", "s00042", '"', "\\", "a", ".", " ", "\x00", "-"]),
+        max_size=14,
+    ),
+)
+def test_literal_first_scan_answers_as_the_full_pattern_search(name, parts):
+    """``_holds_name`` (find the literal, try the pattern there) == ``pattern.search``."""
+    needles = Needles.of([name])
+    data = "".join(parts).encode()
+    expected = any(p.search(data) for p in needles._name_patterns())
+    assert _holds_name(data, needles._name_probes()) is expected

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lancedb.index import FTS
 
 from memory_core.context import RunContext
 from memory_core.read.indexes import ensure_fts
@@ -74,12 +75,20 @@ def test_maintenance_regroups_and_a_deletion_rewrites_a_few_fragments(tmp_path):
     assert _rows(ds) == before_rows  # the same rows, only their order changed
     for index in ds.describe_indices():  # indices cover the new fragments
         assert ds.stats.index_stats(index.name)["num_indexed_rows"] == ds.count_rows()
+    (fts,) = _fts_segments(ds)  # the full-text index: one segment per fragment
+    assert len(fts) == 6 and layout["regrouped"]["fts_segments"] == {"text_idx": 6}
     again = maintain_tables(mem.stores, mem.settings, ["episodes"], vector_index=False)
     assert "regrouped" not in again[0]["layout"]  # grouped already: left alone
 
     receipt = forget_subject(mem.stores, mem.settings, RunContext(now=NOW), "s3", tenant_id="acme")
     assert receipt["verification"]["verified"] is True
     assert 1 <= receipt["fragments_rewritten"]["episodes"] <= 2  # not all six
+    ds = mem.stores.lance.table("episodes").to_lance()
+    (after,) = _fts_segments(ds)
+    assert len(set(fts) & set(after)) >= 4  # only the rewritten fragments' postings remapped
+    assert ds.stats.index_stats("text_idx")["num_indexed_rows"] == ds.count_rows()
+    found = mem.stores.lance.table("episodes").search("zebra3", query_type="fts").limit(50)
+    assert sorted({r["tenant_id"] for r in found.to_list()}) == ["globex"]  # acme's s3 gone
     for name in TABLES:  # no version of any table keeps the subject
         uri = mem.stores.lance.table(name).to_lance().uri
         for v in lance.dataset(uri).versions():
@@ -91,6 +100,29 @@ def test_maintenance_regroups_and_a_deletion_rewrites_a_few_fragments(tmp_path):
             ), (name, v["version"])
     left = mem.stores.lance.scan("episodes", columns=["subject_id"], where="subject_id = 's3'")
     assert left.num_rows == 5  # globex's s3 stays
+
+
+def _fts_segments(ds) -> list[list[str]]:
+    """Segment uuids of each full-text index."""
+    return [
+        [seg.uuid for seg in index.segments]
+        for index in ds.describe_indices()
+        if str(index.index_type).lower() == "inverted"
+    ]
+
+
+def test_maintenance_segments_the_full_text_index_of_a_table_grouped_before(tmp_path):
+    mem = _mem(tmp_path)
+    table = mem.stores.lance.table("episodes")
+    ensure_fts(table)
+    maintain_tables(mem.stores, mem.settings, ["episodes"], vector_index=False)
+    table.checkout_latest()
+    table.create_index("text", config=FTS(), replace=True)  # one segment, as regroup once left
+    assert [len(s) for s in _fts_segments(table.to_lance())] == [1]
+    (report,) = maintain_tables(mem.stores, mem.settings, ["episodes"], vector_index=False)
+    assert report["layout"]["fts_segments"] == {"text_idx": 6}
+    ds = mem.stores.lance.table("episodes").to_lance()
+    assert ds.stats.index_stats("text_idx")["num_indexed_rows"] == ds.count_rows()
 
 
 def _table(path: Path, keys: list[tuple[str, str | None]], per_fragment: int) -> lance.LanceDataset:
