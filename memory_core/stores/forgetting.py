@@ -421,10 +421,28 @@ TYPED_TEXT = (
 )
 
 
+def _quotes_any(
+    con: duckdb.DuckDBPyConnection, table: str, column: str, texts: Sequence[str]
+) -> bool:
+    """Whether any row of ``table.column`` holds any spelling of any of ``texts``: one query
+    per table (the usual answer is no) instead of one per text and spelling."""
+    spellings = sorted({sp for text in set(texts) for sp in _spellings(text)})
+    cast = f'"{column}"::VARCHAR'
+    for start in range(0, len(spellings), 200):
+        part = spellings[start : start + 200]
+        where = " OR ".join([f"contains({cast}, ?)"] * len(part))
+        row = con.execute(f"SELECT count(*) FROM {table} WHERE {where}", part).fetchone()
+        if row and row[0]:
+            return True
+    return False
+
+
 def scrub_quotes(con: duckdb.DuckDBPyConnection, texts: Sequence[str]) -> int:
     """Replace the subject's verbatim statements in typed free text; rows changed."""
     changed = 0
     for table, column in TYPED_TEXT:
+        if not _quotes_any(con, table, column, texts):
+            continue
         for text in sorted(set(texts)):
             for spelling in _spellings(text):
                 cast = f'"{column}"::VARCHAR'
@@ -449,6 +467,8 @@ def quotes_left(meta: MetaStore, texts: Sequence[str]) -> dict[str, int]:
     hits: dict[str, int] = {}
     with meta.connect() as con:
         for table, column in TYPED_TEXT:
+            if not _quotes_any(con, table, column, texts):
+                continue
             for text in sorted(set(texts)):
                 for spelling in _spellings(text):
                     row = con.execute(

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from memory_core.context import RunContext
 from memory_core.embed import text_hash
-from memory_core.models import Episode
+from memory_core.models import embedding_text_of
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.filters import in_list
@@ -47,8 +47,9 @@ def text_hashes_of(name: str, rows: pa.Table) -> list[str]:
     out = []
     for row in rows.select(_TEXT_COLUMNS).to_pylist():
         conditions = json.loads(row["conditions"]) if row["conditions"] else {}
-        episode = Episode.model_construct(**{**row, "conditions": conditions})
-        out.append(text_hash(episode.embedding_text()))
+        text = embedding_text_of(row["episode_id"], row["goal"], row["actions"], conditions,
+                                 row["text"], row["feedback"])  # fmt: skip
+        out.append(text_hash(text))
     return out
 
 
