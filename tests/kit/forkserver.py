@@ -10,9 +10,14 @@ typer and lancedb's generated models before it does anything, and the suite star
   and ``-c code`` run through ``runpy``/``exec`` as ``__main__``, a console script (``memctl``)
   runs as a script, with the given argv, environment, working directory and stdio; at the end
   non-daemon threads are joined and ``atexit`` handlers run, then stdio is flushed;
-* the server imports only modules that start no thread (it checks, before every fork, that
-  it is single-threaded: a fork never copies a lock held by another thread); lancedb, duckdb,
-  numpy and the project itself are imported by each child, fresh;
+* the server imports modules that start no thread, plus the storage stack (numpy, pyarrow,
+  duckdb, lance, lancedb), whose import starts idle threads that each library takes down or
+  rebuilds across a fork: OpenBLAS's workers and jemalloc's background thread through their
+  ``pthread_atfork`` handlers, lancedb's event loop and tokio runtime in its own fork hook
+  (``lancedb/background_loop.py``). The server never uses them, so no operation is in flight
+  when it forks; before every fork it checks that no thread appeared since its imports (else
+  the test falls back to a real subprocess). The project itself is imported by each child,
+  fresh;
 * modules may read the environment when imported, so there is one server per environment
   (all but ``MEMCTL_*``, ``ANTHROPIC_*`` and ``PYTEST_*``, which only our code, the SDK and
   pytest read, at run time), started with it; Prefect is preloaded only on request (see ``PREFECT_PRELOAD``).
@@ -55,6 +60,15 @@ PRELOAD = (
     "lance_namespace_urllib3_client.models",
     "yaml",
     "jsonschema",
+    # the storage stack (~0.7 CPU s more per process): its import starts threads that survive a
+    # fork as each library intends (module docstring); lancedb warns about its fork support in
+    # every child, so the server ignores that warning (SERVER)
+    "numpy",
+    "pyarrow",
+    "pyarrow.compute",
+    "duckdb",
+    "lance",
+    "lancedb",
 )
 # Prefect too, only when asked (``preload_prefect=True``): Prefect reads its settings and sets
 # up its logging when imported, and memctl sets some of them first when they are unset
@@ -86,9 +100,13 @@ MAX_SERVERS = 3  # per test process (each holds ~150-250 MB, mostly shared with 
 # The server: accept a request (argv, env, cwd, three fds), fork, answer the child's pid,
 # then its wait status when it ends. Runs as `python -c SERVER <socket path> <modules>`.
 SERVER = r"""
-import importlib, json, os, select, signal, socket, sys, traceback
+import importlib, json, os, select, signal, socket, sys, traceback, warnings
 path, modules = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
 parent = os.getppid()
+# lance warns before every fork and lancedb in every forked child (its runtime is rebuilt
+# there): expected here, and not the command's output
+warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
+warnings.filterwarnings("ignore", message="lancedb fork support", category=RuntimeWarning)
 for name in modules:
     try:
         importlib.import_module(name)
@@ -102,7 +120,11 @@ children = {}
 
 
 def threads():
-    return len(os.listdir("/proc/self/task"))
+    return set(os.listdir("/proc/self/task"))
+
+
+# the preloaded libraries' own (module docstring); OpenBLAS stops its workers at the first fork
+preloaded_threads = threads()
 
 
 def child(req, fds, conn):
@@ -195,7 +217,7 @@ while True:
     while not data.endswith(b"\n"):
         data += conn.recv(1 << 20)
     req = json.loads(data)
-    if threads() != 1:  # never fork a process with other threads
+    if threads() - preloaded_threads:  # never fork with a thread we did not expect
         conn.sendall(b'{"refused": "threads"}\n')
         conn.close()
         for fd in fds:
