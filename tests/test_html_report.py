@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
+import shutil
 import sys
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -14,15 +17,19 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from memory_core.config import load_settings
 from memory_core.context import RunContext
+from memory_core.embed import HashEmbedder
 from memory_core.report import collect_report, report_path, rows_by_status, write_report
 from memory_core.report.render import render_html
 from memory_core.report.svg import stacked_bars
 from memory_core.stages.cluster import cluster_partition
 from memory_core.stages.embed import embed_episodes
 from memory_core.stages.forget import run_forgetting
+from memory_core.stages.ingest import ingest_records
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.partitions import plan_partitions
+from memory_core.stores import open_stores
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.ledger import finish_run, start_run
 from memory_core.stores.llm import LedgerEntry, record_ledger
@@ -78,23 +85,54 @@ def _nightly(stores, settings, run_id, now, embedder):
     return summary
 
 
+@pytest.fixture(scope="module")
+def history_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple]:
+    """Two nightly runs and a forgetting pass, recorded once for the module: (home, results).
+
+    Built in the environment every test gets (conftest ``clean_environ``: no MEMCTL_* but the
+    hash embedder); each test works on its own copy (``history``)."""
+    home = tmp_path_factory.mktemp("report-history") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        for key in list(os.environ):
+            if key.startswith("MEMCTL_") or key == "ANTHROPIC_API_KEY":
+                mp.delenv(key)
+        mp.setenv("MEMCTL_EMBED__MODEL", "hash")
+        settings = load_settings(home=home)
+        stores = open_stores(settings)
+        embedder = HashEmbedder(384)
+
+        def ingest(lines: list[str]) -> None:
+            ingest_records(stores, settings, RunContext(now=NOW), lines, embedder=embedder,
+                           source="episodes.jsonl")  # fmt: skip
+
+        ok = [
+            episode(
+                episode_id=f"ok{i}", subject_id=f"u{i}", occurred_at=f"2026-06-0{i + 1}T10:00:00Z"
+            )
+            for i in range(4)
+        ]
+        ingest(lines_of(*ok))
+        first = _nightly(stores, settings, "run_aaaa1111", NOW, embedder)
+        ingest(
+            lines_of(
+                episode(episode_id="late", subject_id="u9", occurred_at="2026-07-30T10:00:00Z")
+            )
+        )
+        record_ledger(stores.meta, [LedgerEntry(run_id="run_bbbb2222", logged_at=NOW,
+                                                mode="batch", requests=12, input_tokens=9000,
+                                                output_tokens=1200, cache_read_tokens=4000,
+                                                cost_usd=0.0123)])  # fmt: skip
+        second = _nightly(stores, settings, "run_bbbb2222", NOW + timedelta(days=1), embedder)
+        receipt = run_forgetting(stores, settings, RunContext(now=NOW + timedelta(days=40)))
+    return home, (first, second, receipt)
+
+
 @pytest.fixture
-def history(ingest, stores, settings, embedder):
-    ok = [
-        episode(episode_id=f"ok{i}", subject_id=f"u{i}", occurred_at=f"2026-06-0{i + 1}T10:00:00Z")
-        for i in range(4)
-    ]
-    ingest(lines_of(*ok))
-    first = _nightly(stores, settings, "run_aaaa1111", NOW, embedder)
-    ingest(
-        lines_of(episode(episode_id="late", subject_id="u9", occurred_at="2026-07-30T10:00:00Z"))
-    )
-    record_ledger(stores.meta, [LedgerEntry(run_id="run_bbbb2222", logged_at=NOW, mode="batch",
-                                            requests=12, input_tokens=9000, output_tokens=1200,
-                                            cache_read_tokens=4000, cost_usd=0.0123)])  # fmt: skip
-    second = _nightly(stores, settings, "run_bbbb2222", NOW + timedelta(days=1), embedder)
-    receipt = run_forgetting(stores, settings, RunContext(now=NOW + timedelta(days=40)))
-    return first, second, receipt
+def history(history_home: tuple[Path, tuple], settings):
+    """The recorded history in this test's home (``settings``), before its stores open."""
+    home, results = history_home
+    shutil.copytree(home, settings.home, dirs_exist_ok=True)
+    return copy.deepcopy(results)
 
 
 def test_collect_reads_runs_forgetting_and_spend(history, stores):
@@ -170,8 +208,6 @@ def test_bars_never_leave_the_plot(points):
 
 
 def test_memctl_report_cli(history, settings):
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
     out = forkserver.run(
