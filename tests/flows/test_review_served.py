@@ -51,6 +51,8 @@ from memory_core.stores.review import get_batch, set_flow_run
 from tests.kit.prefect import local_prefect
 
 pytestmark = pytest.mark.slow
+# its two tests (~2 min each, no module fixture) on both xdist workers: tests/kit/schedule.py
+XDIST_SPLIT = 2
 
 T = TypeVar("T")
 MEMCTL = str(Path(sys.executable).with_name("memctl"))

@@ -16,22 +16,37 @@ from __future__ import annotations
 
 import pytest
 
-# The longest files, longest first: per-file sums of --durations from a whole-suite run
-# (2026-12-01, 754 tests, two workers on a loaded machine; test_crash_nightly ~17% of it).
+# The longest units, longest first (a split file's units count apart): per-file sums of the
+# 60 longest --durations from a whole-suite run (2026-12-02, 852 tests, two workers on a
+# machine loaded by other jobs, /work/notes/dur-s23.log): the two crash_nightly halves
+# ~240 s each, the privacy end-to-end test ~240 s in one test, the review_served tests ~120
+# and ~150 s (split), then files of 50-120 s.
 FIRST = (
     "tests/flows/test_crash_nightly.py",
-    "tests/flows/test_review_served.py",
-    "tests/test_cli_forget.py",
-    "tests/flows/test_crash_forgetting.py",
-    "tests/flows/test_dask_runner.py",
-    "tests/flows/test_ephemeral_server.py",
     "tests/flows/test_privacy_end_to_end.py",
+    "tests/flows/test_review_served.py",
+    "tests/flows/test_dask_runner.py",
+    "tests/stages/mine/test_units.py",
+    "tests/flows/test_serve_schedule.py",
+    "tests/stages/mine/test_mine.py",
+    "tests/test_fuzz_inputs.py",
+    "tests/eval/test_eval_demo.py",
+    "tests/flows/test_crash_forgetting.py",
+    "tests/test_cli_forget.py",
+    "tests/stages/forget/test_delete_subject.py",
+    "tests/eval/test_eval_run.py",
+    "tests/stages/test_stage_ledger.py",
+    "tests/test_cli.py",
+    "tests/flows/test_ephemeral_server.py",
+    "tests/test_embed_backends.py",
+    "tests/transcripts/test_adapters.py",
     "tests/flows/test_nightly.py",
     "tests/mcp_server/test_mcp_stdio.py",
-    "tests/stages/forget/test_delete_subject.py",
-    "tests/mcp_server/test_mcp_cli.py",
+    "tests/test_import_graph.py",
+    "tests/flows/test_s3_nightly.py",
     "tests/flows/test_review_flow.py",
-    "tests/flows/test_serve_schedule.py",
+    "tests/test_html_report.py",
+    "tests/mcp_server/test_mcp_cli.py",
 )
 
 
