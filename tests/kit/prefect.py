@@ -93,7 +93,11 @@ def local_prefect(tmp_root: Path) -> LocalPrefect:
     server = LocalPrefect(api_url=f"http://127.0.0.1:{port}/api", home=home)
     log = (home / "server.log").open("wb")
     prefect = Path(sys.executable).with_name("prefect")
-    _proc = subprocess.Popen(
+    # dies with this process: an xdist worker ends by os._exit, and then no atexit hook runs
+    # (two servers of a whole-suite run were still up 10 minutes after it)
+    from flows.ephemeral import popen_dies_with_parent
+
+    _proc = popen_dies_with_parent(
         [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env=server.env(),
         stdout=log,
