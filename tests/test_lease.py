@@ -64,14 +64,15 @@ def test_the_lease_is_released_when_the_block_raises(stores: Stores) -> None:
 
 
 def test_a_running_holder_renews_so_it_never_expires(stores: Stores) -> None:
-    # ttl 1 s (renewed every 0.25 s): at 0.4 s a loaded machine (load ~20) let it lapse
-    lease = acquire(stores.meta, holder="run_a", flow="f", ttl_s=1.0)
+    # ttl 2 s (renewed every 0.5 s): a renewal opens the DuckDB file, and on a loaded machine
+    # (load ~15-20) that lagged past a ttl of 0.4 s and then of 1 s
+    lease = acquire(stores.meta, holder="run_a", flow="f", ttl_s=2.0)
     first_expiry = current_holder(stores.meta).expires_at
-    time.sleep(3.0)  # three ttls: without renewal the lease would have lapsed
+    time.sleep(6.0)  # three ttls: without renewal the lease would have lapsed
     info = current_holder(stores.meta)
     assert info.holder == "run_a" and info.expires_at > first_expiry
     with pytest.raises(LeaseHeld):
-        acquire(stores.meta, holder="run_b", flow="f", ttl_s=1.0)
+        acquire(stores.meta, holder="run_b", flow="f", ttl_s=2.0)
     lease.release()
 
 
