@@ -43,6 +43,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -134,9 +135,21 @@ def value_kind(key: str, value: Any) -> str:
 
 def step_signature(step: Step | dict[str, Any] | str) -> str:
     """What a step is compared on: ``tool(key=$key, ...)`` (keys sorted) or the free text."""
-    step = as_step(step)
     if isinstance(step, str):
-        return step
+        return _stored_signature(step)
+    step = as_step(step)
+    return step if isinstance(step, str) else _call_signature(step)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stored_signature(stored: str) -> str:
+    # mining and clustering ask for the same stored steps over and over (support runs
+    # repeat action lists): decoding a tool call's JSON is the cost, so it is paid once
+    step = as_step(stored)
+    return step if isinstance(step, str) else _call_signature(step)
+
+
+def _call_signature(step: ToolCall) -> str:
     args = ", ".join(f"{k}=${_name(k)}" for k in sorted(step.args))
     return f"{step.tool}({args})"
 
@@ -326,11 +339,18 @@ def abstract_steps(
     """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
     calls: dict[str, list[Step]] = {}
     refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
+    decoded: dict[str, tuple[Step, bool, str]] = {}  # support runs repeat their steps
     for actions in episodes_actions:
         for raw in actions or ():
-            step = as_step(raw)
-            failed = isinstance(step, ToolCall) and step.failed
-            (refused if failed else calls).setdefault(step_signature(step), []).append(step)
+            known = decoded.get(raw) if isinstance(raw, str) else None
+            if known is None:
+                step = as_step(raw)
+                failed = isinstance(step, ToolCall) and step.failed
+                known = (step, failed, step_signature(step))
+                if isinstance(raw, str):
+                    decoded[raw] = known
+            step, failed, sig = known
+            (refused if failed else calls).setdefault(sig, []).append(step)
     for sig, steps in refused.items():
         calls.setdefault(sig, steps)  # values are abstracted over the calls that worked
     out: dict[str, AbstractStep] = {}

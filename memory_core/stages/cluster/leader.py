@@ -36,9 +36,16 @@ CHUNK = 1024
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    """Rows scaled to unit length (zero rows stay zero); a new array."""
+    return _unit_in_place(np.array(matrix, copy=True))
+
+
+def _unit_in_place(matrix: np.ndarray) -> np.ndarray:
+    # einsum: no squared temporary (np.linalg.norm made one: ~4x the time on 10k x 576)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
     np.maximum(norms, 1e-12, out=norms)
-    return matrix / norms
+    matrix /= norms[:, None].astype(matrix.dtype, copy=False)
+    return matrix
 
 
 def _bucket(text: str) -> tuple[int, float]:
@@ -61,7 +68,7 @@ def steps_block(signatures: list[tuple[tuple[str, float], ...]]) -> np.ndarray:
                 cache[sig] = _bucket(sig)
             bucket, sign = cache[sig]
             out[row, bucket] += sign * weight
-    return unit_rows(out) * (np.linalg.norm(out, axis=1, keepdims=True) > 0)
+    return _unit_in_place(out)  # a zero row stays zero
 
 
 def goal_block(goals: list[str | None]) -> np.ndarray:
@@ -84,13 +91,17 @@ def combine(
     goal_weight: float,
     steps_weight: float,
 ) -> np.ndarray:
-    """Unit rows of [unit vector, goal_weight * goal block, steps_weight * step block]."""
-    parts = [vectors, goals * goal_weight if goal_weight > 0 else np.zeros_like(goals)]
+    """Unit rows of [unit vector, goal_weight * goal block, steps_weight * step block].
+
+    Written into one preallocated matrix and normalised in place (no stacked copies)."""
+    n, dv = vectors.shape
+    out = np.zeros((n, dv + GOAL_DIM + STEPS_DIM), dtype=np.float32)
+    out[:, :dv] = vectors
+    if goal_weight > 0:
+        np.multiply(goals, np.float32(goal_weight), out=out[:, dv : dv + GOAL_DIM])
     if steps is not None and steps_weight > 0:
-        parts.append((steps * steps_weight).astype(np.float32))
-    else:
-        parts.append(np.zeros((len(vectors), STEPS_DIM), dtype=np.float32))
-    return unit_rows(np.hstack(parts))
+        np.multiply(steps, np.float32(steps_weight), out=out[:, dv + GOAL_DIM :])
+    return _unit_in_place(out)
 
 
 def episode_features(
