@@ -7,7 +7,9 @@ one whose clustering of a deterministic sample has the best mean silhouette (cos
 setting's own feature space). Silhouette rewards clusters that are tight and apart; a
 clustering with one cluster, or only singletons, has no silhouette and scores -1 (never
 chosen over a real structure). Ties keep the earlier grid point (the configured defaults come
-first), so the choice is deterministic.
+first), so the choice is deterministic. A point that scores the highest silhouette there is
+(1.0) ends the search: nothing later could replace it, so the grid record lists the points
+scored up to it.
 
 The choice is made when a partition is clustered from scratch (first run, ``--recluster``, a
 stale centroid dimension) and recorded with the cluster run (the stage result and an audit
@@ -283,6 +285,9 @@ def choose(
         return _choose(config, features_for, keys, has_code)
 
 
+_PERFECT = 1.0 - 1e-9  # the highest mean silhouette there is
+
+
 def _choose(
     config: ClusterConfig,
     features_for: Callable[[float, float], np.ndarray],
@@ -320,6 +325,8 @@ def _choose(
                        "silhouette": round(score, 4), "clusters": clusters})  # fmt: skip
         if best is None or score > best[0] + 1e-9:
             best = (score, (g, s, t))
+        if best[0] >= _PERFECT:
+            break  # no later point can score higher, and ties keep the earlier one
     assert best is not None
     score, (g, s, t) = best
     return Choice(g, s, t, "silhouette", score, n, scores)

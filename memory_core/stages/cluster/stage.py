@@ -289,6 +289,48 @@ class _Batch:
         return _label(self.goals[row], self.actions[row].as_py(), self.codes[row])
 
 
+_SEP = "\x1f"
+
+
+def _distinct_lists(column: pa.ChunkedArray) -> tuple[list[list[str]], np.ndarray]:
+    """The distinct action lists of a column and each row's index into them.
+
+    Runs repeat their action lists, and turning a list column into Python lists was the
+    larger part of building the step block: the lists are told apart in Arrow (length and
+    the steps joined by a separator), so only one row of each distinct list is converted.
+    A step containing the separator, or a null step, falls back to comparing the lists in
+    Python, so the grouping never depends on the shortcut.
+    """
+    column = column.combine_chunks()
+    values = column.flatten()
+    if values.null_count == 0 and not pc.any(pc.match_substring(values, _SEP)).as_py():
+        lengths = pc.cast(pc.fill_null(pc.list_value_length(column), 0), pa.string())
+        joined = pc.fill_null(pc.binary_join(column, _SEP), "")
+        key = pc.binary_join_element_wise(lengths, joined, _SEP)
+        codes = key.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        lists = column.take(pa.array(first)).to_pylist()
+        return [acts or [] for acts in lists], inverse.reshape(-1)
+    index: dict[tuple[str, ...], int] = {}
+    out: list[list[str]] = []
+    rows = []
+    for acts in column.to_pylist():
+        key_ = tuple(acts or ())
+        if key_ not in index:
+            index[key_] = len(out)
+            out.append(list(key_))
+        rows.append(index[key_])
+    return out, np.asarray(rows, dtype=np.int64)
+
+
+def _step_rows(column: pa.ChunkedArray, steps: StepsConfig, namespace: str) -> np.ndarray:
+    """The step block of every row, built once per distinct action list."""
+    lists, inverse = _distinct_lists(column)
+    if not lists:
+        return np.zeros((0, STEPS_DIM), dtype=np.float32)
+    return _signature_sets(lists, steps, namespace)[inverse]
+
+
 def _signature_sets(
     actions: list[list[str] | None], steps: StepsConfig, namespace: str
 ) -> np.ndarray:
@@ -341,7 +383,7 @@ def _inputs(table: pa.Table, vectors: np.ndarray, steps: StepsConfig, namespace:
         codes=_error_codes(table.column("conditions")),
         vectors=unit_rows(vectors),
         goal_rows=goal_block(goals),
-        step_rows=_signature_sets(table.column("actions").to_pylist(), steps, namespace),
+        step_rows=_step_rows(table.column("actions"), steps, namespace),
     )
 
 

@@ -236,3 +236,23 @@ def test_selection_leader_pass_on_the_gram_matrix_is_assigns(
     assert np.allclose(fast.centroids[: fast.count], state.centroids[: state.count], atol=1e-5)
     far = {int(k): threshold + 0.1 for k in range(n_keys)}
     assert np.array_equal(merge_provisional(fast, 0, far), merge_provisional(state, 0, far))
+
+
+_STEP = st.sampled_from(["a", "b", "", "a\x1fb", "\x1f", "lookup(x=1)"])
+
+
+@given(st.lists(st.one_of(st.none(), st.lists(_STEP, max_size=4)), max_size=30), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_distinct_action_lists_group_exactly_the_equal_lists(rows, nulls) -> None:
+    """The Arrow shortcut (length + joined steps) groups rows as comparing the lists would,
+    including steps that contain its separator; every distinct list is listed once."""
+    import pyarrow as pa
+
+    from memory_core.stages.cluster.stage import _distinct_lists
+
+    if nulls:
+        rows = [*rows, ["a", None]]
+    column = pa.chunked_array([pa.array(rows, pa.list_(pa.string()))])
+    lists, inverse = _distinct_lists(column)
+    assert [lists[i] for i in inverse] == [list(r or []) for r in rows]
+    assert len({tuple(x) for x in lists}) == len(lists)
