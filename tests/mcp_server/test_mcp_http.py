@@ -112,7 +112,7 @@ def test_tokens_limit_tools_and_subjects(server):
 @settings(
     max_examples=4,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     text=st.text(st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"]), min_size=1),

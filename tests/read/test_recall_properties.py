@@ -46,7 +46,9 @@ STATUSES = [
 ]
 RETIRED = {"expired", "superseded", "revoked", "deleted", "compacted", "deprecated"}
 SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 days = st.integers(min_value=-40, max_value=60).map(lambda d: T0 + timedelta(days=d))

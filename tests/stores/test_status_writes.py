@@ -97,7 +97,7 @@ _FACT_STATUSES = sorted({s for v in TRANSITIONS["fact"].values() for s in v})
 
 
 @settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(walk=st.lists(st.sampled_from(_FACT_STATUSES), min_size=1, max_size=6))
 def test_random_walks_write_legal_steps_and_refuse_illegal_ones(facts, walk):
     """Whatever order changes come in, the stored status is what the table allows."""

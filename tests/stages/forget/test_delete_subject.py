@@ -130,7 +130,7 @@ episode_st = st.fixed_dictionaries({
 @settings(
     max_examples=6,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking store-backed cases is slow
 )
 @example(

@@ -141,7 +141,9 @@ def _table(path: Path, keys: list[tuple[str, str | None]], per_fragment: int) ->
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     keys=st.lists(
