@@ -11,6 +11,7 @@ version derived from it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,7 @@ from memory_core.stores.lance import LanceStore
 from memory_core.stores.lineage import Edge
 from memory_core.stores.meta import MetaStore
 
-__all__ = ["evidence_episodes", "fact_row", "lineage_for", "procedure_row"]
+__all__ = ["evidence_episodes", "fact_row", "fact_text", "lineage_for", "procedure_row"]
 
 _EPISODE_COLUMNS = [
     "episode_id", "tenant_id", "subject_id", "namespace", "status", "source_role",
@@ -129,6 +130,22 @@ def _common(
     }
 
 
+def fact_text(who: str, predicate: str, obj: str) -> str:
+    """What a fact reads as: ``who: predicate = object``, or the object alone when it is a
+    statement (three words or more) that names its subject.
+
+    Why: an extracted object is often a whole statement ("Joanna is allergic to cats"); the
+    subject and the predicate key in front of it ("Joanna: allergy = Joanna is ...") repeat it
+    and cost tokens on every read, which is room the context budget could give another
+    record, and put the subject's name twice into the text that is searched. A short value
+    ("team-a: owner = Mina") needs both, and keeps them.
+    """
+    statement = len(obj.split()) >= 3  # "Mina" or "Mina Li" alone is a value, not a statement
+    if statement and who and re.search(rf"(?<![\w-]){re.escape(who)}(?![\w-])", obj, re.IGNORECASE):
+        return obj
+    return f"{who}: {predicate} = {obj}"
+
+
 def fact_row(
     candidate: Candidate,
     gate: GateResult,
@@ -147,7 +164,7 @@ def fact_row(
         predicate=candidate.claim.predicate,
         object=candidate.claim.object,
         conditions=conditions,
-        text=f"{who}: {candidate.claim.predicate} = {candidate.claim.object}",
+        text=fact_text(who, candidate.claim.predicate, candidate.claim.object),
     )
     row["fact_id"] = stable_id(
         "fact",
