@@ -471,7 +471,8 @@ class Recaller:
         tables = [t for m in types for t in CLASS_TABLES[m]]
         vector = np.asarray(self.embedder.embed([query])[0], dtype=np.float32)
         limit = max(cfg.candidates_per_table, k)
-        pool, table_info, snaps = self._search(tables, spec, vector, query, limit)
+        words = _text_query(query, subject_id)
+        pool, table_info, snaps = self._search(tables, spec, vector, words, limit)
         self._bound_by_evidence(pool, vector, tenant_id)
         searched = time.perf_counter()
 
@@ -527,6 +528,20 @@ class Recaller:
             len(chosen),
         )
         return RecallResult(records=records, query_record=query_record)
+
+
+def _text_query(query: str, subject_id: str | None) -> str:
+    """The words the full-text leg matches: the query's terms without those naming the
+    subject the scope already chose.
+
+    Why: the scope filter has picked the subject, so its name in the query says nothing about
+    which of the subject's records answers; but it is in the text of every fact written about
+    the subject ("Melanie enjoys ...") and of none of the subject's own turns ("I went ..."),
+    so BM25 would lift every such fact over the turn that answers (rank.py applies the same
+    rule to entity matching). Other names in the query still count.
+    """
+    own = set(query_terms(subject_id or ""))
+    return " ".join(t for t in query_terms(query) if t not in own)
 
 
 def _memory_types(

@@ -79,3 +79,27 @@ def test_a_fact_is_no_closer_to_the_query_than_its_evidence_turn(settings, embed
     rel = {r["record_id"]: r["score_components"]["relevance"] for r in got.records}
     # same text, but f1 rests on a turn far from the query: it ranks with that turn
     assert rel["f1"] < rel["f2"]
+
+
+def test_the_text_leg_ignores_the_scoped_subjects_name(settings, embedder) -> None:
+    """Every fact about "mel" names her; her name in the query must not rank them by BM25
+    over the record that holds the asked word. Other names in the query still count."""
+    from memory_core.read.indexes import ensure_fts
+    from memory_core.recall import _text_query
+
+    assert _text_query("What does Mel do to destress with Ann?", "mel") == "destress ann"
+    assert _text_query("What does Mel do?", None) == "mel"
+    lance = LanceStore(settings.lance_uri)
+    lance.ensure_tables(384)
+    write_rows(lance, "facts", [
+        make_row("facts", embedder, "named", subject_id="mel", text="mel mel likes green tea"),
+        make_row("facts", embedder, "asked", subject_id="mel", text="goes running to destress"),
+    ])  # fmt: skip
+    ensure_fts(lance.table("facts"))
+    with Recaller.from_settings(settings, embedder=embedder, access_log=False) as memory:
+        got = memory.recall(
+            "how does mel destress", tenant_id="acme", subject_id="mel", memory_type="semantic"
+        )
+    reasons = {r["record_id"]: r["reason"] for r in got.records}
+    assert "text #1" in reasons["asked"]
+    assert "text #" not in reasons["named"]
