@@ -18,7 +18,9 @@ def test_statement_naming_its_subject_is_served_once():
 def test_values_and_statements_about_others_keep_subject_and_predicate():
     assert fact_text("team-a", "owner", "Mina") == "team-a: owner = Mina"
     assert fact_text("Mina", "name", "Mina") == "Mina: name = Mina"  # a value, not a statement
-    assert fact_text("ann", "friend", "Joanna is her friend") == "ann: friend = Joanna is her friend"
+    assert (
+        fact_text("ann", "friend", "Joanna is her friend") == "ann: friend = Joanna is her friend"
+    )
     # a longer word or id that contains the subject is not the subject
     assert fact_text("u1", "p", "u12 likes tea a lot") == "u1: p = u12 likes tea a lot"
     assert fact_text("team", "p", "team-a owns the repo") == "team: p = team-a owns the repo"
