@@ -6,9 +6,11 @@ flight, or a data error) is left out with its reason rather than served twice. P
 greedy by score: a record that does not fit the remaining budget is skipped (and says so), and
 a smaller one below it may still fit. One statement is not paid for twice: a fact whose every
 evidence episode is already packed is skipped (the statements are served verbatim) unless it
-carries a marker the turns do not (contested, conflict, stale), and an
-episode a packed fact rests on is skipped (the fact serves it and names it in its provenance);
-the budget goes to the next record.
+carries a marker the turns do not (contested, conflict, stale); the budget goes to the next
+record. The converse does not hold: an episode a packed fact rests on is still served when it
+ranks in on its own, since the fact is a summary and the turn the statement itself (the
+wording, names and figures an answer quotes; leaving the turn out for its summary lost answers
+on LoCoMo that the turns held verbatim).
 Every candidate leaves with a decision and a reason.
 """
 
@@ -194,7 +196,6 @@ def pack(
     chosen: list[Candidate] = []
     left: list[tuple[Candidate, str]] = []
     served: set[str] = set()  # episodes already packed
-    stated: dict[str, str] = {}  # episode -> a packed fact resting on it
     used = 0
     for cand in ranked:
         tokens = estimate_tokens(display_text(cand.table, cand.row), chars_per_token)
@@ -205,9 +206,6 @@ def pack(
         elif cited and cited <= served and not _marked(cand):
             # every statement it rests on is already served verbatim: the budget goes further
             left.append((cand, "covered by its served evidence: " + ", ".join(sorted(cited))))
-        elif cand.table == "episodes" and cand.record_id in stated:
-            # a higher-ranked fact already serves what this episode said (and names it)
-            left.append((cand, f"covered by served fact {stated[cand.record_id]}"))
         elif used + tokens > budget_tokens:
             left.append((cand, f"over token budget (needs {tokens}, {budget_tokens - used} left)"))
         else:
@@ -215,8 +213,6 @@ def pack(
             used += tokens
             if cand.table == "episodes":
                 served.add(cand.record_id)
-            for eid in cited:
-                stated.setdefault(eid, cand.record_id)
     return chosen, left, used
 
 
