@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.kit import forkserver
 from tests.kit.prefect import LocalPrefect, _free_port, _healthy
 
 SUBJECT = "quentin.privacy"
@@ -95,7 +96,7 @@ def _wait(what: str, check: Any, *logs: Path) -> Any:
 
 
 def _memctl(env: dict[str, str], *args: str) -> Any:
-    done = subprocess.run([MEMCTL, *args, "--format", "json"], env=env, capture_output=True,
+    done = forkserver.run([MEMCTL, *args, "--format", "json"], env=env, capture_output=True,
                           text=True, timeout=300, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from memory_core.stages.score import score_candidates
 from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch
+from tests.kit import forkserver
 
 NOW = datetime(2026, 6, 28, 12, tzinfo=UTC)
 
@@ -114,7 +114,7 @@ def test_cli_approve_resumes_a_waiting_run_and_facts_appear(batch):
         assert private not in description and private not in json.dumps(schema)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMCTL_")}
     env.update(MEMCTL_EMBED__MODEL="hash", PREFECT_API_URL=PREFECT_API_URL.value())
-    cli = subprocess.run(
+    cli = forkserver.run(
         [
             sys.executable, "-m", "memory_core.cli", "review", "approve", batch_id,
             "--reviewer", "alice", "--now", "2026-06-28T12:00:00Z", "--home",

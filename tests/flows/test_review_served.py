@@ -48,6 +48,7 @@ from memory_core.stages.score import score_candidates
 from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch, set_flow_run
+from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
 
 pytestmark = pytest.mark.slow
@@ -242,7 +243,7 @@ def _batch(home: Path, batch_id: str) -> Any:
 
 def _memctl(home: Path, api_url: str, *args: str) -> dict[str, Any]:
     env = _env(PREFECT_API_URL=api_url)
-    cli = subprocess.run(
+    cli = forkserver.run(
         [MEMCTL, *args, "--home", str(home), "--format", "json"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip

@@ -28,6 +28,7 @@ from memory_core.stages import forget as forget_stage
 from memory_core.stores import forgetting as fstore
 from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
+from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_serve_without_api_url_and_without_starting_a_server_says_what_to_start(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env["MEMCTL_EMBED__MODEL"] = "hash"
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    proc = subprocess.run(
+    proc = forkserver.run(
         [str(Path(sys.executable).with_name("memctl")), "serve", "--home", str(tmp_path),
          "--no-start-server", "--port", "4301"],
         env=env, capture_output=True, text=True, timeout=120, check=False,
