@@ -26,7 +26,7 @@ from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, snapshot
 from tests.flows.test_crash_nightly import NOW, template  # noqa: F401 (fixture)
 from tests.kit import forkserver
-from tests.kit.prefect import LocalPrefect, local_prefect
+from tests.kit.prefect import LocalPrefect, harness_prefect
 
 LATER = NOW + timedelta(days=60)
 
@@ -51,7 +51,7 @@ RUN = (
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> LocalPrefect:
-    return local_prefect(tmp_path_factory.mktemp("crash-forget-prefect"))
+    return harness_prefect(tmp_path_factory.mktemp("crash-forget-prefect"))
 
 
 @pytest.fixture(scope="module")

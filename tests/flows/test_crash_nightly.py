@@ -1,12 +1,13 @@
 """Crash safety: SIGKILL the nightly flow's process at every kill point, rerun, compare.
 
 Each case copies one ingested home, runs ``memctl consolidate`` in a subprocess (a real flow
-run against a real local Prefect server; the process is forked from one that has already
-imported Prefect and the SDK, tests/kit/forkserver.py) with ``MEMCTL_KILL_AT=<point>`` so the
-process kills itself there with SIGKILL, then reruns the flow uninterrupted and compares with a run that was
-never interrupted: the same rows in every Lance and DuckDB table (minus run ids and write
-times), no duplicate ids, no lost episode, and no LLM request sent twice (the fake Anthropic
-API on loopback counts every request from every process).
+run against the session harness's Prefect server on loopback; the process is forked from one
+that has already imported Prefect and the SDK, tests/kit/forkserver.py) with
+``MEMCTL_KILL_AT=<point>`` so the process kills itself there with SIGKILL, then reruns the
+flow uninterrupted and compares with a run that was never interrupted: the same rows in every
+Lance and DuckDB table (minus run ids and write times), no duplicate ids, no lost episode, and
+no LLM request sent twice (the fake Anthropic API on loopback counts every request from every
+process).
 
 Kill points (17): the flow's stage boundaries and one point inside each writing stage.
 """
@@ -34,7 +35,7 @@ from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, fake_anthropic_server, scenario_lines, snapshot
 from tests.kit import forkserver
 from tests.kit.anthropic import FakeAnthropic
-from tests.kit.prefect import LocalPrefect, local_prefect
+from tests.kit.prefect import LocalPrefect, harness_prefect
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 
@@ -88,7 +89,8 @@ def api() -> Iterator[tuple[FakeAnthropic, str]]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> LocalPrefect:
-    return local_prefect(tmp_path_factory.mktemp("crash-prefect"))
+    # the session harness's server: the killed run records its flow run where the rerun does
+    return harness_prefect(tmp_path_factory.mktemp("crash-prefect"))
 
 
 @pytest.fixture(scope="module")

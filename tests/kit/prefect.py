@@ -1,9 +1,14 @@
-"""A real local Prefect server for tests that need one (schedules, flows in subprocesses).
+"""Real Prefect servers for tests whose flows run in subprocesses.
 
-The ephemeral server of the session harness lives inside the test process: a subprocess
-cannot reach it, and it never runs the scheduler. One real ``prefect server start`` on a free
-loopback port is started per test process on first use (~15-25 s here) and shared by every
-module that asks; it is always stopped at exit (its process group is killed).
+* ``harness_prefect``: the session harness's server (tests/flows/conftest.py,
+  ``prefect_test_harness``). It is a real API server on loopback, a child of the test
+  process, so a subprocess reaches it through ``PREFECT_API_URL`` like any server; it runs no
+  scheduler. Tests that only need flow runs recorded somewhere a subprocess can reach (the
+  crash harnesses' killed runs) use it and start no second server.
+* ``local_prefect``: one real ``prefect server start`` (with its services: the scheduler,
+  late runs...) on a free loopback port, started per test process on first use (~15-25 CPU s
+  here, plus ~1.5 CPU s a minute idle) and shared by every module that asks; it is always
+  stopped at exit (its process group is killed). For schedules and ``memctl serve``.
 """
 
 from __future__ import annotations
@@ -80,6 +85,19 @@ def _stop() -> None:
             os.killpg(_proc.pid, signal.SIGKILL)
             _proc.wait(timeout=15)
     _proc = None
+
+
+def harness_prefect(tmp_root: Path) -> LocalPrefect:
+    """The running session harness's server, for subprocesses (``tmp_root``: their
+    ``PREFECT_HOME``). Only inside the harness (a test under tests/flows)."""
+    from prefect.settings import PREFECT_API_URL
+
+    api_url = PREFECT_API_URL.value()
+    if not api_url or not _healthy(api_url):
+        pytest.fail(f"no running Prefect test harness server (PREFECT_API_URL={api_url!r})")
+    home = tmp_root / "prefect-client"
+    home.mkdir(parents=True, exist_ok=True)
+    return LocalPrefect(api_url=api_url, home=home)
 
 
 def local_prefect(tmp_root: Path) -> LocalPrefect:
