@@ -215,6 +215,8 @@ def deletion_probe(home: EvalHome, *, now: datetime, tenant_id: str, subject_id:
         "lance_versions_scanned": scan.versions_scanned,
         "duckdb_tables_scanned": scan.duckdb_tables_scanned,
         "pipeline_self_verified": bool(receipt.get("verification", {}).get("verified")),
+        # where the pipeline's own check saw residue, so a "no" above says what it saw
+        "pipeline_residue_where": receipt.get("verification", {}).get("residue") or {},
         "same_subject_other_tenants_rows": {"before": elsewhere_before, "after": elsewhere_after},
     }
 
