@@ -292,10 +292,11 @@ def _problem(context: dict[str, str], goals: list[tuple[str, str]]) -> tuple[str
 
 
 def _provenance(episodes: dict[str, dict[str, Any]], ids: list[str]) -> list[Provenance]:
-    """Evidence pins, built without validation: every field is a str read from our own store,
-    and a partition's candidates cite ~1 pin per episode (validating them was ~20% of mining)."""
+    """Evidence pins: a partition's candidates cite ~1 pin per episode (~10k per 10k
+    partition). Built through the validating constructor, which pydantic-core runs faster than
+    ``model_construct``'s Python loop (1.4 vs 3.0 us a pin, timeit, load ~3)."""
     return [
-        Provenance.model_construct(
+        Provenance(
             source_id=e,
             source_kind="episode",
             content_hash=episodes[e].get("content_hash"),
