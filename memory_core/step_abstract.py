@@ -136,17 +136,22 @@ def value_kind(key: str, value: Any) -> str:
 def step_signature(step: Step | dict[str, Any] | str) -> str:
     """What a step is compared on: ``tool(key=$key, ...)`` (keys sorted) or the free text."""
     if isinstance(step, str):
-        return _stored_signature(step)
+        return _stored(step)[2]
     step = as_step(step)
     return step if isinstance(step, str) else _call_signature(step)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _stored_signature(stored: str) -> str:
-    # mining and clustering ask for the same stored steps over and over (support runs
-    # repeat action lists): decoding a tool call's JSON is the cost, so it is paid once
+def _stored(stored: str) -> tuple[Step, bool, str]:
+    """A stored step decoded: (step, whether the tool refused it, its signature).
+
+    Mining and clustering ask for the same stored steps over and over (support runs repeat
+    action lists): decoding a tool call's JSON is the cost, so it is paid once per process.
+    The step is a frozen ``ToolCall`` or a string, safe to share."""
     step = as_step(stored)
-    return step if isinstance(step, str) else _call_signature(step)
+    if isinstance(step, str):
+        return step, False, step
+    return step, step.failed, _call_signature(step)
 
 
 def _call_signature(step: ToolCall) -> str:
@@ -339,17 +344,14 @@ def abstract_steps(
     """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
     calls: dict[str, list[Step]] = {}
     refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
-    decoded: dict[str, tuple[Step, bool, str]] = {}  # support runs repeat their steps
     for actions in episodes_actions:
         for raw in actions or ():
-            known = decoded.get(raw) if isinstance(raw, str) else None
-            if known is None:
+            if isinstance(raw, str):
+                step, failed, sig = _stored(raw)
+            else:
                 step = as_step(raw)
                 failed = isinstance(step, ToolCall) and step.failed
-                known = (step, failed, step_signature(step))
-                if isinstance(raw, str):
-                    decoded[raw] = known
-            step, failed, sig = known
+                sig = step_signature(step)
             (refused if failed else calls).setdefault(sig, []).append(step)
     for sig, steps in refused.items():
         calls.setdefault(sig, steps)  # values are abstracted over the calls that worked

@@ -44,6 +44,7 @@ __all__ = [
     "FRAGMENT_ROWS_KEY",
     "LayoutStats",
     "compaction_options",
+    "fts_in_one_segment",
     "regroup",
     "segment_fts",
     "subject_share",
@@ -149,6 +150,15 @@ def _inverted(ds: lance.LanceDataset) -> list[tuple[str, str, dict[str, Any]]]:
         params.pop("lance_tokenizer", None)  # derived from the column's type, not an option
         out.append((index.name, index.field_names[0], params))
     return out
+
+
+def fts_in_one_segment(ds: lance.LanceDataset) -> bool:
+    """A full-text index held in one segment over several fragments (a table grouped before
+    ``segment_fts`` existed: maintenance segments it once)."""
+    return len(ds.get_fragments()) > 2 and any(
+        str(i.index_type).lower() == "inverted" and len(i.segments) == 1
+        for i in ds.describe_indices()
+    )
 
 
 def segment_fts(ds: lance.LanceDataset) -> dict[str, int]:

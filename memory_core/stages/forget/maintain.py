@@ -15,7 +15,13 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.stores import Stores
-from memory_core.stores.layout import FRAGMENT_ROWS_KEY, regroup, segment_fts, subject_share
+from memory_core.stores.layout import (
+    FRAGMENT_ROWS_KEY,
+    fts_in_one_segment,
+    regroup,
+    segment_fts,
+    subject_share,
+)
 from memory_core.stores.maintenance import check_tags, purge_versions
 
 logger = logging.getLogger(__name__)
@@ -66,7 +72,7 @@ def _layout(stores: Stores, settings: Settings, name: str) -> dict[str, Any]:
     before = subject_share(ds)
     out: dict[str, Any] = {"share_before": round(before.share, 4)}
     if before.share <= settings.forget.layout_max_share:
-        if ds.config().get(FRAGMENT_ROWS_KEY) and _one_fts_segment(ds):
+        if ds.config().get(FRAGMENT_ROWS_KEY) and fts_in_one_segment(ds):
             # grouped before full-text indices were segmented: segment them once
             out["fts_segments"] = segment_fts(ds)
             stores.lance.table(name).checkout_latest()
@@ -80,14 +86,6 @@ def _layout(stores: Stores, settings: Settings, name: str) -> dict[str, Any]:
     stores.lance.table(name).checkout_latest()
     out["share_after"] = round(subject_share(stores.lance.table(name).to_lance()).share, 4)
     return out
-
-
-def _one_fts_segment(ds: Any) -> bool:
-    """A full-text index held in one segment over several fragments."""
-    return len(ds.get_fragments()) > 2 and any(
-        str(i.index_type).lower() == "inverted" and len(i.segments) == 1
-        for i in ds.describe_indices()
-    )
 
 
 def _fts_index(stores: Stores, name: str) -> str:
