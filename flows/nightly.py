@@ -24,7 +24,12 @@ from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.lease import hold as hold_lease
 from memory_core.report import rows_by_status, write_report
-from memory_core.stages.consolidate import STAGE, PlannedPartition, consolidation_plan
+from memory_core.stages.consolidate import (
+    STAGE,
+    PlannedPartition,
+    consolidation_plan,
+    index_episodes,
+)
 from memory_core.stages.consolidate import consolidate_partition as consolidate
 from memory_core.stages.stage_ledger import LedgeredWork
 from memory_core.stores import Stores, open_stores
@@ -114,6 +119,13 @@ def embed_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> d
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
     embedder = make_embedder(settings.embed)
     return embed_episodes(stores, settings, ctx, embedder=embedder).as_dict()
+
+
+@pipeline_task("index-episodes")
+def index_task(*, settings_data: dict[str, Any]) -> dict[str, Any]:
+    """The day's episodes folded into the scalar indices every partition scan filters on."""
+    _, stores = _stores(settings_data)
+    return {"rows_folded": index_episodes(stores)}
 
 
 @pipeline_task("extract-facts")
@@ -287,6 +299,7 @@ def _consolidate(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
     crash_point("nightly.embedded")
+    indexed = index_task.submit(settings_data=settings_data).result()
     extracted = extract_task.submit(
         settings_data=settings_data, run_id=ctx.run_id, now_iso=now_iso
     ).result()
@@ -345,6 +358,7 @@ def _consolidate(
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
         "embed": embedded,
+        "index": indexed,
         "extract": extracted,
         "score": scored,
         "workflow_text": workflows,

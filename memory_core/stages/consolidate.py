@@ -23,8 +23,20 @@ from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
 from memory_core.stores.extract import fact_digests
+from memory_core.stores.maintenance import fold_new_rows
 
-__all__ = ["STAGE", "PlannedPartition", "config_key", "consolidate_partition", "consolidation_plan"]
+__all__ = [
+    "STAGE",
+    "PlannedPartition",
+    "config_key",
+    "consolidate_partition",
+    "consolidation_plan",
+    "index_episodes",
+]
+
+# The columns of every partition scan's filter (tenant, namespace, status; ids for the
+# vectors of new episodes): their scalar indices must cover the day's appends.
+_SCAN_INDEXED = ["tenant_id", "namespace", "status", "episode_id"]
 
 
 def config_key(settings: Settings, *, recluster: bool) -> str:
@@ -38,6 +50,20 @@ def config_key(settings: Settings, *, recluster: bool) -> str:
             recluster,
         ]
     )
+
+
+def index_episodes(stores: Stores) -> int:
+    """Fold the episodes appended since the last fold into the scalar indices the partition
+    scans filter on, before any partition reads; the rows folded.
+
+    Every partition is read by filtered scans (cluster: two, mine: one), and a scan reads the
+    filter columns of every fragment no index covers: a day's ingest appends one fragment per
+    write, so without this the night's ~3 scans per partition each walk all of them (0.06 CPU
+    s a scan at 100 partitions of 200 episodes, 0.005 s after). Derived data: a crash before
+    or after it changes nothing a rerun sees."""
+    if "episodes" not in stores.lance.table_names():
+        return 0
+    return fold_new_rows(stores.lance, "episodes", _SCAN_INDEXED)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from memory_core.stores.layout import compaction_options
 __all__ = [
     "PurgeStats",
     "check_tags",
+    "fold_new_rows",
     "index_health",
     "purge_versions",
     "scan_versions",
@@ -142,6 +143,32 @@ def purge_versions(
     stats.seconds = time.perf_counter() - t0
     logger.debug("purged %s: %s", name, stats.as_dict())
     return stats
+
+
+def fold_new_rows(store: LanceStore, name: str, columns: list[str]) -> int:
+    """Fold rows appended since indexing into the scalar indices on ``columns``; the rows
+    folded (0: every index was current, nothing written).
+
+    A filtered scan reads the filter columns of every fragment an index does not cover: on
+    the 1M bench's episodes table, a night's partition scans (three per partition) cost
+    ~0.06 CPU s each over a day's unindexed fragments and ~0.005 s once folded, while the
+    fold itself is incremental (it indexes the new fragments only). Only the named scalar
+    indices: full-text and vector indices are maintenance's (``purge_versions``)."""
+    ds = _dataset(store, name)
+    wanted = {f"{column}_idx" for column in columns}
+    stale: list[str] = []
+    rows = 0
+    for index in ds.describe_indices():
+        if index.name not in wanted:
+            continue
+        unindexed = int(ds.stats.index_stats(index.name).get("num_unindexed_rows", 0))
+        if unindexed:
+            stale.append(index.name)
+            rows = max(rows, unindexed)
+    if stale:
+        ds.optimize.optimize_indices(index_names=sorted(stale))
+        store.table(name).checkout_latest()
+    return rows
 
 
 def _has_unindexed(ds: lance.LanceDataset) -> bool:

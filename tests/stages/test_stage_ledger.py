@@ -137,3 +137,29 @@ def test_changed_facts_change_only_their_partitions_input(mem: Any, kit: SimpleN
              for p in consolidation_plan(mem.stores, mem.settings, recluster=False)}  # fmt: skip
     assert after[Partition("beta", "it")] == before[Partition("beta", "it")]
     assert after[Partition("acme", "it")] != before[Partition("acme", "it")]
+
+
+def test_index_fold_changes_no_partition_read(mem: Any, kit: SimpleNamespace) -> None:
+    """Folding the day's episodes into the scan filters' indices leaves every partition's
+    plan, its filtered reads and its consolidation exactly as without the fold; a second
+    fold finds nothing to do."""
+    from memory_core.stages.consolidate import index_episodes
+    from memory_core.stores.maintenance import index_health
+
+    mem.ingest(kit.seed_scenario() + kit.seed_scenario(tenant="beta", prefix="b"))
+    where = "tenant_id = 'acme' AND namespace = 'it' AND status = 'active'"
+    before = mem.stores.lance.scan("episodes", where=where, columns=["episode_id"])
+    plan = [p.unit for p in consolidation_plan(mem.stores, mem.settings, recluster=False)]
+    assert index_episodes(mem.stores) > 0
+    assert index_episodes(mem.stores) == 0
+    health = index_health(mem.stores.lance, "episodes")
+    assert {health[f"{c}_idx"] for c in ("tenant_id", "namespace", "status")} == {0}
+    after = mem.stores.lance.scan("episodes", where=where, columns=["episode_id"])
+    assert sorted(after.column("episode_id").to_pylist()) == sorted(
+        before.column("episode_id").to_pylist()
+    )
+    assert [p.unit for p in consolidation_plan(mem.stores, mem.settings, recluster=False)] == plan
+    more = kit.seed_scenario(prefix="late")
+    mem.ingest(more)  # appended after the fold: the scan still sees them
+    assert mem.stores.lance.count("episodes", where) == before.num_rows + len(more)
+    assert index_episodes(mem.stores) == len(more)
