@@ -336,6 +336,27 @@ def _shareable(key: str, kind: str) -> bool:
     return kind not in _UNSHAREABLE_KINDS and not _names_a_person(key, kind)
 
 
+def _distinct_runs(
+    runs: Iterable[Sequence[str | Step] | None],
+) -> list[tuple[Sequence[str | Step], int]]:
+    """Each distinct action list once, with how many runs made it.
+
+    Why: the supporting runs of a procedure mostly repeat a few action lists (stored steps are
+    strings), so their steps are decoded once per list, not once per run. A list holding
+    unhashable steps (dicts) is kept as its own entry. Callers only count and collect, so the
+    order of the lists does not matter.
+    """
+    counts: dict[tuple[str | Step, ...], int] = {}
+    out: list[tuple[Sequence[str | Step], int]] = []
+    for actions in runs:
+        key = tuple(actions or ())
+        try:
+            counts[key] = counts.get(key, 0) + 1
+        except TypeError:  # a step given as a dict
+            out.append((key, 1))
+    return [*((key, n) for key, n in counts.items()), *out]
+
+
 def abstract_steps(
     episodes_actions: Iterable[Sequence[str | Step]],
     config: StepsConfig,
@@ -344,15 +365,15 @@ def abstract_steps(
     """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
     calls: dict[str, list[Step]] = {}
     refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
-    for actions in episodes_actions:
-        for raw in actions or ():
+    for actions, times in _distinct_runs(episodes_actions):
+        for raw in actions:
             if isinstance(raw, str):
                 step, failed, sig = _stored(raw)
             else:
                 step = as_step(raw)
                 failed = isinstance(step, ToolCall) and step.failed
                 sig = step_signature(step)
-            (refused if failed else calls).setdefault(sig, []).append(step)
+            (refused if failed else calls).setdefault(sig, []).extend([step] * times)
     for sig, steps in refused.items():
         calls.setdefault(sig, steps)  # values are abstracted over the calls that worked
     out: dict[str, AbstractStep] = {}
@@ -390,14 +411,14 @@ def policy_steps(
     are the pattern itself. A hand-off closes a run, so it comes last.
     """
     first_seen: dict[str, list[int]] = {}
-    for actions in support_actions:
+    for actions, times in _distinct_runs(support_actions):
         seen: set[str] = set()
-        for index, raw in enumerate(actions or ()):
+        for index, raw in enumerate(actions):
             sig = step_signature(raw)
             if sig in seen:
                 continue
             seen.add(sig)
-            first_seen.setdefault(sig, []).append(index)
+            first_seen.setdefault(sig, []).extend([index] * times)
     need = max(1, (len(support_actions) + 1) // 2)
     common = sorted(
         (sig for sig, where in first_seen.items() if sig in abstract and len(where) >= need),

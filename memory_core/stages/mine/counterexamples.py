@@ -66,11 +66,14 @@ from memory_core.step_abstract import pattern_of
 __all__ = [
     "CONTEXT_KEYS",
     "MIN_PATTERN_SUCCESSES",
+    "MiningEpisode",
     "PatternFinding",
     "Pitfall",
     "Separation",
+    "episodes_from_columns",
     "find_separator",
     "mine_cluster",
+    "mine_episodes",
     "policy_failures",
     "wilson_lower_bound",
     "wilson_upper_bound",
@@ -322,8 +325,12 @@ def format_conditions(conditions: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(conditions.items()))
 
 
-class _Ep(NamedTuple):
-    """One episode as mining reads it (a named tuple: built for every row of every cluster)."""
+class MiningEpisode(NamedTuple):
+    """One episode as mining reads it (a named tuple: built for every row of every cluster).
+
+    ``conditions`` may be shared between episodes (``episodes_from_columns`` parses each
+    distinct conditions text once): mining only reads it.
+    """
 
     episode_id: str
     subject_id: str | None
@@ -334,11 +341,14 @@ class _Ep(NamedTuple):
     has_actions: bool = True
 
 
+_Ep = MiningEpisode
+
+
 def _conditions(value: Any) -> dict[str, str]:
+    if isinstance(value, str):
+        value = json.loads(value) if value else None
     if value is None:
         return {}
-    if isinstance(value, str):
-        value = json.loads(value) if value else {}
     return {str(k): str(v) for k, v in dict(value).items() if v is not None}
 
 
@@ -370,6 +380,43 @@ def _episodes(
     return sorted(out.values(), key=lambda e: e.episode_id)
 
 
+def episodes_from_columns(
+    ids: Sequence[str],
+    subjects: Sequence[str | None],
+    sessions: Sequence[str | None],
+    actions: Sequence[Sequence[str] | None],
+    outcomes: Sequence[str | None],
+    conditions: Sequence[str | None],
+    steps: StepsConfig,
+    namespace: str | None,
+) -> list[MiningEpisode]:
+    """Mining episodes from a partition's columns, as ``mine_cluster`` would build them.
+
+    Why not per-row dicts: a 10k partition is 10k rows, and its episodes repeat a few action
+    lists and a few conditions texts (one problem, one environment), so each distinct action
+    list is turned into its pattern once and each distinct conditions JSON is parsed once; the
+    parsed dict is shared by the episodes that carry it (mining never writes to it).
+    """
+    patterns: dict[tuple[str, ...], tuple[str, ...]] = {}
+    parsed: dict[str | None, dict[str, str]] = {}
+    out = []
+    for eid, subject, session, acts, outcome, cond in zip(
+        ids, subjects, sessions, actions, outcomes, conditions, strict=True
+    ):
+        key = tuple(acts or ())
+        pattern = patterns.get(key)
+        if pattern is None:
+            pattern = patterns[key] = pattern_of(key, steps, namespace)
+        found = parsed.get(cond)
+        if found is None:
+            found = parsed[cond] = _conditions(cond or None)
+        out.append(
+            MiningEpisode(eid, subject, session, pattern, str(outcome or "unknown"), found,
+                          bool(key))
+        )  # fmt: skip
+    return out
+
+
 def _pitfall(
     wins: Sequence[_Ep],
     explained: Sequence[_Ep],
@@ -398,13 +445,35 @@ def _pitfall(
                    subjects)  # fmt: skip
 
 
+def _distinct(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
+    """Each conditions object once (episodes built by ``episodes_from_columns`` share them)."""
+    return list({id(row): row for row in rows}.values())
+
+
 def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, str]:
+    rows = _distinct(rows)  # an intersection: repeats change nothing
     if not rows:
         return {}
     shared = {k: v for k, v in rows[0].items() if k not in ignore}
     for row in rows[1:]:
         shared = {k: v for k, v in shared.items() if row.get(k) == v}
     return dict(sorted(shared.items()))
+
+
+def _split(episodes: Sequence[_Ep], pre: Mapping[str, str]) -> tuple[list[_Ep], list[_Ep]]:
+    """(episodes for which every pair of ``pre`` holds, the others), order kept; decided once
+    per conditions object, which episodes of one problem share."""
+    pairs = list(pre.items())
+    holds: dict[int, bool] = {}
+    yes: list[_Ep] = []
+    no: list[_Ep] = []
+    for e in episodes:
+        key = id(e.conditions)
+        ok = holds.get(key)
+        if ok is None:
+            ok = holds[key] = _holds(e.conditions, pairs)
+        (yes if ok else no).append(e)
+    return yes, no
 
 
 def _sessions(episodes: Sequence[_Ep]) -> int:
@@ -428,6 +497,13 @@ def mine_cluster(
     episode whose steps are all lookups has the empty pattern, one without actions none.
     """
     eps = _episodes(episodes, steps if steps is not None else StepsConfig(), namespace)
+    return mine_episodes(eps, policy, min_success_coverage=min_success_coverage)
+
+
+def mine_episodes(
+    eps: Sequence[MiningEpisode], policy: PolicyConfig, *, min_success_coverage: float = 1.0
+) -> list[PatternFinding]:
+    """``mine_cluster`` over episodes already built (unique ids, sorted by id)."""
     ignore = set(policy.ignore_condition_keys)
     population = [e.conditions for e in eps]
     context = _shared(population, ignore)
@@ -455,9 +531,8 @@ def mine_cluster(
             pre = separation.conditions
         else:
             pre = _shared([e.conditions for e in wins], ignore | CONTEXT_KEYS)
-        support = [e for e in wins if _holds(e.conditions, pre.items())]
-        unexplained = [e for e in fails if _holds(e.conditions, pre.items())]
-        explained = [e for e in fails if not _holds(e.conditions, pre.items())]
+        support, _ = _split(wins, pre)
+        unexplained, explained = _split(fails, pre)
         pitfall = _pitfall(wins, explained, policy, ignore, population)
         subjects = tuple(sorted({e.subject_id or "" for e in support}))
         wilson = wilson_lower_bound(len(support), len(support) + len(unexplained), policy.wilson_z)

@@ -52,9 +52,11 @@ from memory_core.models import (
 from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
 from memory_core.stages.mine.claims import aggregate_claims
 from memory_core.stages.mine.counterexamples import (
+    MiningEpisode,
     PatternFinding,
+    episodes_from_columns,
     format_conditions,
-    mine_cluster,
+    mine_episodes,
     policy_failures,
     wilson_lower_bound,
 )
@@ -90,7 +92,7 @@ _COLUMNS = [
     "content_hash",
     "text",
 ]
-_CLAIMS_ONLY = ("occurred_at", "source_role", "text")
+_SUPPORT_RUNS = 20  # supporting runs a procedure lists (their step signatures) in its stats
 
 
 @dataclass
@@ -175,26 +177,23 @@ def _scan(stores: Stores, partition: Partition) -> tuple[int, Any, Any]:
     return total, table.filter(keep), pc.fill_null(has_actions.filter(keep), fill_value=False)
 
 
-def _rows(table: Any) -> list[dict[str, Any]]:
-    """Episodes as dicts, JSON fields parsed.
+def _claim_rows(table: Any) -> list[dict[str, Any]]:
+    """Episodes with claims as dicts, JSON fields parsed: what ``aggregate_claims`` reads.
 
-    Episodes with neither actions nor claims can feed no candidate, so they are never
-    materialised; the rest are built column by column (much faster than ``Table.to_pylist``),
-    and the free text, time and role are kept only for episodes with claims, the one place
-    they are read (explicit-change markers, statements).
+    Episodes without claims give it nothing, so they are never materialised as dicts (mining
+    reads columns: ``_Evidence``); the rest are built column by column (much faster than
+    ``Table.to_pylist``).
     """
-    plain = [name for name in _COLUMNS if name not in (*_CLAIMS_ONLY, "conditions", "claims")]
+    table = table.filter(_with_claims(table))
+    names = [name for name in _COLUMNS if name not in ("conditions", "claims")]
     rows = [
-        dict(zip(plain, values, strict=True))
-        for values in zip(*(table.column(name).to_pylist() for name in plain), strict=True)
+        dict(zip(names, values, strict=True))
+        for values in zip(*(table.column(name).to_pylist() for name in names), strict=True)
     ]
-    claim_rows = _with_claims(table)
-    # read by claims only: time zone-aware timestamps cost ~10x a string to convert
-    only = {n: iter(table.column(n).filter(claim_rows).to_pylist()) for n in _CLAIMS_ONLY}
-    claims = iter(table.column("claims").filter(claim_rows).to_pylist())
     parsed: dict[str, dict[str, Any]] = {}  # episodes of one problem often repeat conditions
     conditions = table.column("conditions").to_pylist()
-    for row, cond, with_claims in zip(rows, conditions, claim_rows.to_pylist(), strict=True):
+    claims = table.column("claims").to_pylist()
+    for row, cond, claim in zip(rows, conditions, claims, strict=True):
         if cond:
             if cond not in parsed:
                 parsed[cond] = json.loads(cond)
@@ -202,10 +201,62 @@ def _rows(table: Any) -> list[dict[str, Any]]:
             row["conditions"] = dict(value) if isinstance(value, dict) else value  # own copy
         else:
             row["conditions"] = {}
-        row["claims"] = json.loads(next(claims)) if with_claims else []
-        for name, values in only.items():
-            row[name] = next(values) if with_claims else None
+        row["claims"] = json.loads(claim)
     return rows
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """The episodes of the units mined this run, as columns, and their mining view.
+
+    Why columns: a partition of 10k episodes was 10k dicts built and read once each; mining
+    needs a few fields of the few episodes a candidate cites (its pins, its support's
+    actions and goals), so those are looked up by position.
+    """
+
+    episodes: list[MiningEpisode]
+    index: dict[str, int]
+    subject_id: list[str | None]
+    content_hash: list[str | None]
+    goal: list[str | None]
+    actions: list[list[str] | None]
+
+    @classmethod
+    def of(cls, table: Any, settings: Settings, namespace: str) -> _Evidence:
+        def col(name: str) -> list[Any]:
+            return table.column(name).to_pylist()
+
+        ids, subjects, actions = col("episode_id"), col("subject_id"), col("actions")
+        episodes = episodes_from_columns(
+            ids, subjects, col("session_id"), actions, col("outcome"), col("conditions"),
+            settings.steps, namespace,
+        )  # fmt: skip
+        index = {eid: i for i, eid in enumerate(ids)}
+        return cls(episodes, index, subjects, col("content_hash"), col("goal"), actions)
+
+    def pins(self, ids: list[str]) -> list[Provenance]:
+        """Evidence pins: a partition's candidates cite ~1 pin per episode (~10k per 10k
+        partition). Built through the validating constructor, which pydantic-core runs faster
+        than ``model_construct``'s Python loop (1.4 vs 3.0 us a pin, timeit, load ~3)."""
+        index, chash, subject = self.index, self.content_hash, self.subject_id
+        return [
+            Provenance(
+                source_id=e,
+                source_kind="episode",
+                content_hash=chash[index[e]],
+                subject_id=subject[index[e]],
+                revision=None,
+            )
+            for e in ids
+        ]
+
+    def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
+        return [self.actions[self.index[e]] or [] for e in ids]
+
+    def goals_of(self, ids: tuple[str, ...]) -> list[tuple[str, str]]:
+        """(goal, subject) of each episode: what names the problem (``_problem``)."""
+        index, goal, subject = self.index, self.goal, self.subject_id
+        return [(goal[index[e]] or "", subject[index[e]] or "") for e in ids]
 
 
 def _slug(text: str, words: int = 8) -> str:
@@ -291,27 +342,11 @@ def _problem(context: dict[str, str], goals: list[tuple[str, str]]) -> tuple[str
     return "this problem", "problem"
 
 
-def _provenance(episodes: dict[str, dict[str, Any]], ids: list[str]) -> list[Provenance]:
-    """Evidence pins: a partition's candidates cite ~1 pin per episode (~10k per 10k
-    partition). Built through the validating constructor, which pydantic-core runs faster than
-    ``model_construct``'s Python loop (1.4 vs 3.0 us a pin, timeit, load ~3)."""
-    return [
-        Provenance(
-            source_id=e,
-            source_kind="episode",
-            content_hash=episodes[e].get("content_hash"),
-            subject_id=episodes[e].get("subject_id"),
-            revision=None,
-        )
-        for e in ids
-    ]
-
-
 def _procedural(
     finding: PatternFinding,
     partition: Partition,
     cluster_id: str,
-    episodes: dict[str, dict[str, Any]],
+    evidence: _Evidence,
     phrase: str,
     version: str,
     shown: list[AbstractStep],
@@ -328,7 +363,7 @@ def _procedural(
     )
     if finding.counterexample_ids:
         text += f"; {len(finding.counterexample_ids)} failure(s) with the same steps"
-    evidence = sorted({*finding.support_ids, *finding.counterexample_ids})
+    cited = sorted({*finding.support_ids, *finding.counterexample_ids})
     return Candidate(
         candidate_id=procedural_candidate_id(partition, cluster_id, finding.steps, version),
         kind=CandidateKind.procedural,
@@ -357,11 +392,11 @@ def _procedural(
             "control_steps": [a.text() for a in shown if a.control],
             # what workflow text may name (stages/score/workflow_text.py checks against these)
             "observed_steps": [a.text() for a in (observed or {}).values()],
-            "support_runs": (runs or [])[:20],
+            "support_runs": (runs or [])[:_SUPPORT_RUNS],
         },
         cluster_id=cluster_id,
         policy_version=version,
-        provenance=_provenance(episodes, evidence),
+        provenance=evidence.pins(cited),
     )
 
 
@@ -373,7 +408,7 @@ def _pitfall(
     finding: PatternFinding,
     proc: Candidate,
     partition: Partition,
-    episodes: dict[str, dict[str, Any]],
+    evidence: _Evidence,
     key: str,
     policy: Any,
 ) -> Candidate | None:
@@ -425,7 +460,7 @@ def _pitfall(
         },
         cluster_id=proc.cluster_id,
         policy_version=policy.version,
-        provenance=_provenance(episodes, sorted(pit.failure_ids)),
+        provenance=evidence.pins(sorted(pit.failure_ids)),
     )
 
 
@@ -501,11 +536,11 @@ class _UnitOut:
 def _mine_clusters(
     settings: Settings,
     partition: Partition,
-    episodes: list[dict[str, Any]],
+    evidence: _Evidence,
     info: Any,
     members: Any,
 ) -> dict[str, _UnitOut]:
-    """Candidates of every mining unit with episodes in ``episodes``, by unit key (twins of
+    """Candidates of every mining unit with episodes in ``evidence``, by unit key (twins of
     failing procedures not yet filtered: ``_keep_twins``)."""
     cluster_of = dict(
         zip(
@@ -514,45 +549,41 @@ def _mine_clusters(
             strict=True,
         )
     )
-    by_id = {e["episode_id"]: e for e in episodes}
-    by_cluster: dict[str, list[dict[str, Any]]] = {}
-    for ep in episodes:
-        cid = cluster_of.get(ep["episode_id"])
-        if cid is not None and ep.get("actions"):
+    by_cluster: dict[str, list[MiningEpisode]] = {}
+    for ep in evidence.episodes:
+        cid = cluster_of.get(ep.episode_id)
+        if cid is not None and ep.has_actions:
             by_cluster.setdefault(cid, []).append(ep)
     version = settings.policy.version
     signatures: dict[tuple[str, ...], list[str]] = {}  # support runs repeat action lists
     out: dict[str, _UnitOut] = {}
     for key, cids in _mining_units(info, by_cluster).items():
         unit = out.setdefault(key, _UnitOut())
-        rows = [ep for cid in cids for ep in by_cluster[cid]]
-        findings = mine_cluster(
-            rows, settings.policy, steps=settings.steps, namespace=partition.namespace
-        )
-        for finding in findings:
+        rows = sorted((ep for cid in cids for ep in by_cluster[cid]), key=_by_id)
+        for finding in mine_episodes(rows, settings.policy):
             cid = _home_cluster(finding, cluster_of, cids)
-            support = [
-                by_id[e].get("actions") or [] for e in finding.support_ids or finding.success_ids
-            ]
+            support = evidence.actions_of(finding.support_ids or finding.success_ids)
             abstract = abstract_steps(support, settings.steps, partition.namespace)
             shown = policy_steps(
                 finding.steps, abstract, support, settings.steps, partition.namespace
             )
             if not shown:
                 continue  # nothing done and nothing looked up: no procedure to show
-            goals = [(by_id[e].get("goal") or "", by_id[e].get("subject_id") or "")
-                     for e in finding.success_ids]  # fmt: skip
-            phrase, pkey = _problem(finding.conditions, goals)
-            runs = [_signatures(acts, signatures) for acts in support]
+            phrase, pkey = _problem(finding.conditions, evidence.goals_of(finding.success_ids))
+            runs = [_signatures(acts, signatures) for acts in support[:_SUPPORT_RUNS]]
             proc = _procedural(
-                finding, partition, cid, by_id, phrase, version, shown, abstract, runs
+                finding, partition, cid, evidence, phrase, version, shown, abstract, runs
             )
             unit.procedural.append(proc)
             unit.twins.append(_twin(proc, partition, pkey, version))
-            pit = _pitfall(finding, proc, partition, by_id, pkey, settings.policy)
+            pit = _pitfall(finding, proc, partition, evidence, pkey, settings.policy)
             if pit is not None:
                 unit.pitfalls.append(pit)
     return out
+
+
+def _by_id(episode: MiningEpisode) -> str:
+    return episode.episode_id
 
 
 def _signatures(actions: list[Any], cache: dict[tuple[str, ...], list[str]]) -> list[str]:
@@ -654,12 +685,11 @@ def mine_partition(
     stored = load_units(stores.meta, partition.tenant_id, partition.namespace)
     kept = {u: stored[u][1] for u, fp in plan.fingerprints.items() if stored.get(u, ("",))[0] == fp}
     touched = set(plan.fingerprints) - set(kept)
-    wanted = pc.or_kleene(
-        _with_claims(table),
-        pc.is_in(table.column("episode_id"), value_set=plan.episode_ids(touched)),
-    )
-    episodes = _rows(table.filter(wanted))
-    units = _mine_clusters(settings, partition, episodes, info, members)
+    # only the units to mine are read: a kept unit's episodes (claims or not) are not re-mined
+    ids = plan.episode_ids(touched)
+    remined = table.filter(pc.is_in(table.column("episode_id"), value_set=ids))
+    evidence = _Evidence.of(remined, settings, partition.namespace)
+    units = _mine_clusters(settings, partition, evidence, info, members)
     _keep_twins(stores, units)
     result.clusters = plan.clusters
     result.units_mined, result.units_kept = len(units), len(kept)
@@ -668,7 +698,7 @@ def mine_partition(
     # facts extracted from conversations (stages/extract) enter as claims on their evidence
     extracted = extracted_claim_rows(stores, partition)
     claims = aggregate_claims(
-        [*episodes, *extracted],
+        [*_claim_rows(table), *extracted],
         settings.claims,
         tenant_id=partition.tenant_id,
         namespace=partition.namespace,
