@@ -10,6 +10,13 @@ remaps the scalar/FTS/vector indices so they drop the deleted rows), ``optimize_
 deleted first when ``drop_tags`` allows it, and otherwise the deletion is refused before
 anything is written.
 
+A fragment a delete removes whole is never rewritten, so compaction has nothing to remap: an
+index built in one piece over it (B-tree, bitmap, a full-text index in one segment, a vector
+index) keeps the deleted rows' values in its files through cleanup (ids in B-tree pages,
+vectors in IVF_FLAT storage: checked on pylance 14). ``rebuild_stale_indices`` rebuilds the
+scalar and full-text ones over the live rows and drops a vector index (rebuilding one can take
+minutes; reads stay exact without it and maintenance builds it again).
+
 A big vector index is never built in a nightly run (a full IVF_PQ build on 1M x 384-d did
 not finish in 19 minutes here; an IVF_PQ on 90k rows took 276 s): ``optimize_indices`` only
 folds new rows into the existing indices. The first vector index is the read path's
@@ -30,7 +37,7 @@ import pyarrow as pa
 
 from memory_core.errors import PolicyRefused
 from memory_core.stores.lance import LanceStore
-from memory_core.stores.layout import compaction_options
+from memory_core.stores.layout import _inverted, compaction_options, segment_fts
 
 __all__ = [
     "PurgeStats",
@@ -38,6 +45,7 @@ __all__ = [
     "fold_new_rows",
     "index_health",
     "purge_versions",
+    "rebuild_stale_indices",
     "scan_versions",
 ]
 
@@ -54,6 +62,7 @@ class PurgeStats:
     bytes_removed: int = 0
     tags_dropped: list[str] = field(default_factory=list)
     indices_optimized: bool = False
+    indices_rebuilt: list[str] = field(default_factory=list)
     vector_index: str = "unchanged"
     fts_index: str = "unchanged"
     layout: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +76,7 @@ class PurgeStats:
             "bytes_removed": self.bytes_removed,
             "tags_dropped": self.tags_dropped,
             "indices_optimized": self.indices_optimized,
+            "indices_rebuilt": self.indices_rebuilt,
             "vector_index": self.vector_index,
             "fts_index": self.fts_index,
             "layout": self.layout,
@@ -121,11 +131,14 @@ def purge_versions(
     )
     stats.fragments_rewritten = int(metrics.fragments_removed)
     ds = _dataset(store, name)
+    stats.indices_rebuilt = rebuild_stale_indices(ds)
+    if stats.indices_rebuilt:
+        ds = _dataset(store, name)
     if _has_unindexed(ds):
         ds.optimize.optimize_indices()
         stats.indices_optimized = True
         ds = _dataset(store, name)
-    if not stats.fragments_rewritten and not stats.indices_optimized:
+    if not (stats.fragments_rewritten or stats.indices_optimized or stats.indices_rebuilt):
         # A delete that dropped whole fragments leaves nothing to compact, so it stays the
         # latest version, and its transaction file and manifest keep the delete predicate
         # (``subject_id = '...'``) through cleanup. A config-only commit supersedes it
@@ -169,6 +182,44 @@ def fold_new_rows(store: LanceStore, name: str, columns: list[str]) -> int:
         ds.optimize.optimize_indices(index_names=sorted(stale))
         store.table(name).checkout_latest()
     return rows
+
+
+_SCALAR_KINDS = {"btree": "BTREE", "bitmap": "BITMAP", "inverted": "INVERTED"}
+
+
+def rebuild_stale_indices(ds: lance.LanceDataset) -> list[str]:
+    """Rebuild (scalar, full-text) or drop (vector) every index that still covers a fragment
+    no longer in ``ds``; each as ``name:rebuilt`` or ``name:dropped``. ``ds`` moves to the
+    new version (pylance commits index changes on the handle).
+
+    A full-text index kept as one segment per fragment (``layout.segment_fts``) loses the
+    segment of a removed fragment with it, so it is not stale; one over several fragments is
+    rebuilt and segmented again."""
+    live = {f.fragment_id for f in ds.get_fragments()}
+    stale = [ix for ix in ds.list_indices() if set(ix["fragment_ids"]) - live]
+    done: list[str] = []
+    fts_params = {name: params for name, _, params in _inverted(ds)}
+    resegment = False
+    for ix in stale:
+        name, column, kind = ix["name"], ix["fields"][0], str(ix["type"]).lower()
+        if kind in _SCALAR_KINDS:
+            extra = fts_params.get(name, {}) if kind == "inverted" else {}
+            segments = _segments(ds, name)
+            ds.create_scalar_index(column, _SCALAR_KINDS[kind], name=name, replace=True, **extra)
+            resegment |= kind == "inverted" and segments > 1
+            done.append(f"{name}:rebuilt")
+        else:
+            ds.drop_index(name)
+            done.append(f"{name}:dropped")
+    if resegment:
+        segment_fts(ds)
+    if done:
+        logger.info("indices over removed fragments of %s: %s", ds.uri, done)
+    return done
+
+
+def _segments(ds: lance.LanceDataset, name: str) -> int:
+    return next((len(i.segments) for i in ds.describe_indices() if i.name == name), 0)
 
 
 def _has_unindexed(ds: lance.LanceDataset) -> bool:
