@@ -8,6 +8,9 @@ so a receipt's ``verified: true`` is a statement about bytes, not only about row
 
 A name (subject or episode id) matches where it stands alone: ``ann`` is not named by
 ``joanna`` or ``ann.lee``. It is searched as stored UTF-8 and JSON-escaped (``\\u00eb``).
+A record id matches anywhere (Arrow and index pages store strings back to back, with no
+separator to stand alone by), except inside a kept id that contains it: deleting episode
+``conv-43:D2:1`` leaves the other speaker's ``conv-43:D2:10`` rightly stored.
 Compressed pages (Lance, DuckDB) are covered by the row-level checks, not by this scan.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 import mmap
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +30,7 @@ __all__ = [
     "home_files",
     "scan_home",
     "scrub_product_inputs",
+    "shadows_of",
     "spellings",
 ]
 
@@ -163,23 +167,75 @@ def _holds_name(data: bytes | mmap.mmap, probes: list[_Probe]) -> bool:
     return False
 
 
-def _file_holds(path: Path, probes: list[_Probe], plain: list[bytes]) -> bool:
+Shadows = dict[bytes, list[tuple[bytes, int]]]
+"""Per needle spelling: the kept ids' spellings that contain it, and where in them it starts."""
+
+
+def shadows_of(needles: Needles, kept: Iterable[str]) -> Shadows:
+    """Kept ids that contain a needle id (``conv-43:D2:10`` holds ``conv-43:D2:1``): an
+    occurrence of the needle inside one of them is the kept record's, not residue."""
+    plain = set(needles._plain())
+    lengths = sorted({len(x) for x in plain})
+    out: Shadows = {}
+    for kept_id in kept:
+        for spelling in spellings(kept_id):
+            raw = spelling.encode()
+            for size in lengths:
+                for at in range(len(raw) - size + 1):  # every substring of a needle's length
+                    piece = raw[at : at + size]
+                    if piece in plain and piece != raw:
+                        out.setdefault(piece, []).append((raw, at))
+    return out
+
+
+def _holds_plain(data: bytes | mmap.mmap, needle: bytes, shadows: Shadows) -> bool:
+    """Whether ``needle`` occurs in ``data`` other than inside a kept id that contains it."""
+    cover = shadows.get(needle)
+    pos = data.find(needle)
+    while pos >= 0:
+        if not cover or not any(
+            pos >= at and data[pos - at : pos - at + len(raw)] == raw for raw, at in cover
+        ):
+            return True
+        pos = data.find(needle, pos + 1)
+    return False
+
+
+def _file_holds(
+    path: Path, probes: list[_Probe], plain: list[bytes], shadows: Shadows | None = None
+) -> bool:
     try:
         with path.open("rb") as fh:
             if path.stat().st_size == 0:
                 return False
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _holds_name(data, probes) or any(data.find(x) >= 0 for x in plain)
+                if _holds_name(data, probes):
+                    return True
+                if shadows is None:
+                    return any(data.find(x) >= 0 for x in plain)
+                return any(_holds_plain(data, x, shadows) for x in plain)
     except (FileNotFoundError, ValueError):  # gone meanwhile, or emptied
         return False
 
 
-def scan_home(home: Path, needles: Needles) -> list[str]:
-    """Paths (relative to the home) of files whose bytes hold a needle."""
+def scan_home(
+    home: Path,
+    needles: Needles,
+    *,
+    kept_ids: Callable[[Sequence[str]], Iterable[str]] | None = None,
+) -> list[str]:
+    """Paths (relative to the home) of files whose bytes hold a needle.
+
+    ``kept_ids(needle_ids)`` answers which ids still rightly stored contain one of them; it is
+    asked only when a file holds a needle id, and those files are scanned again with each
+    occurrence inside a kept id excused (the common clean case costs nothing more)."""
     probes, plain = needles._name_probes(), needles._plain()
-    return [
-        str(path.relative_to(home)) for path in home_files(home) if _file_holds(path, probes, plain)
-    ]
+    hits = [path for path in home_files(home) if _file_holds(path, probes, plain)]
+    if hits and kept_ids is not None and plain:
+        shadows = shadows_of(needles, kept_ids(needles.ids))
+        if shadows:
+            hits = [path for path in hits if _file_holds(path, probes, plain, shadows)]
+    return [str(path.relative_to(home)) for path in hits]
 
 
 # -- copies of input the product itself wrote into the home ---------------------------------

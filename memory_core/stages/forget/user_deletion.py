@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
@@ -359,7 +361,10 @@ def _verify_bytes(stores: Stores, settings: Settings, receipt: dict[str, Any], n
     if _name_elsewhere(stores, receipt["tenant_id"], names):
         names = ()  # another tenant's subject of this name is still rightly stored
         verification["home_scan"] = "every file: record ids (the name is another tenant's too)"
-    files = scan_home(settings.home, Needles.of(names, needles.ids))
+    files = scan_home(
+        settings.home, Needles.of(names, needles.ids),
+        kept_ids=lambda ids: _kept_ids_containing(stores, ids),
+    )  # fmt: skip
     left = orchestrator.residue(needles) if orchestrator is not None else {}
     if files:
         verification["residue"]["home_files"] = files
@@ -381,6 +386,20 @@ def _verify_bytes(stores: Stores, settings: Settings, receipt: dict[str, Any], n
         if request_id is not None:
             unverified = MetaStatuses(con, {request_id: "unverified"}, table="deletion_requests")
             write_status(None, unverified, at=datetime.fromisoformat(receipt["at"]))
+
+
+def _kept_ids_containing(stores: Stores, ids: Sequence[str]) -> list[str]:
+    """Record ids still stored that contain a forgotten one (``conv-43:D2:10`` holds
+    ``conv-43:D2:1``): the byte scan must not read the kept record as the forgotten one's."""
+    wanted = [i for i in ids if i]
+    if not wanted:
+        return []
+    kept: list[str] = []
+    existing = set(stores.lance.table_names())
+    for name in (t for t in TABLES if t in existing):
+        column = pl.from_arrow(stores.lance.scan(name, columns=[ID_COLUMN[name]]).column(0))
+        kept.extend(column.filter(column.str.contains_any(wanted)).drop_nulls().to_list())
+    return kept
 
 
 def _name_elsewhere(stores: Stores, tenant_id: str | None, names: tuple[str, ...]) -> bool:

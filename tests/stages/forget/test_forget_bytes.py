@@ -18,7 +18,13 @@ from memory_core.context import Partition, RunContext
 from memory_core.stages.cluster import cluster_partition
 from memory_core.stages.forget import forget_subject
 from memory_core.stages.mine import mine_partition
-from memory_core.stores.residue import Needles, _holds_name, scan_home
+from memory_core.stores.residue import (
+    Needles,
+    _holds_name,
+    _holds_plain,
+    scan_home,
+    shadows_of,
+)
 from tests.conftest import NOW, episode, lines_of
 
 SUBJECT = "quentin.privacy"
@@ -193,3 +199,69 @@ def test_literal_first_scan_answers_as_the_full_pattern_search(name, parts):
     data = "".join(parts).encode()
     expected = any(p.search(data) for p in needles._name_patterns())
     assert _holds_name(data, needles._name_probes()) is expected
+
+
+def test_an_id_inside_a_kept_id_is_not_residue(tmp_path):
+    """Arrow pages store strings back to back: the forgotten ``conv-43:D2:1`` is a prefix of
+    the kept ``conv-43:D2:10``, which must not be read as residue; a real copy still is."""
+    page = tmp_path / "page.lance"
+    page.write_bytes(b"\x00conv-43:D2:10conv-43:D2:12\x00")
+    needles = Needles.of([], ["conv-43:D2:1"])
+    asked: list[list[str]] = []
+
+    def kept(ids):
+        asked.append(list(ids))
+        return ["conv-43:D2:10", "conv-43:D2:12", "other:conv-43:D2:11"]
+
+    assert scan_home(tmp_path, needles) == ["page.lance"]  # without the kept ids: flagged
+    assert scan_home(tmp_path, needles, kept_ids=kept) == []
+    assert asked == [["conv-43:D2:1"]]
+    page.write_bytes(b"\x00conv-43:D2:10conv-43:D2:1conv-43:D2:12\x00")  # a real copy between
+    assert scan_home(tmp_path, needles, kept_ids=kept) == ["page.lance"]
+    page.write_bytes(b"\x00nothing here\x00")
+    assert scan_home(tmp_path, needles, kept_ids=lambda ids: asked.append(["again"]) or []) == []
+    assert len(asked) == 2  # a clean home never asks for the kept ids
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    suffixes=st.lists(st.text("0123456789:", min_size=1, max_size=3), min_size=1, max_size=6),
+    prefixes=st.lists(st.text("abz-", min_size=1, max_size=3), max_size=3),
+    order=st.randoms(use_true_random=False),
+    planted=st.booleans(),
+)
+def test_kept_ids_excuse_only_their_own_bytes(suffixes, prefixes, order, planted):
+    """Whatever kept ids contain the forgotten one, at either end, a page of only kept ids is
+    clean and the forgotten id written once on its own is found."""
+    forgotten = "sess-7:turn-1"
+    kept = sorted({forgotten + s for s in suffixes} | {p + forgotten for p in prefixes})
+    stored = list(kept)
+    order.shuffle(stored)
+    data = "".join(stored).encode() + (b"\x00" + forgotten.encode() if planted else b"")
+    needles = Needles.of([], [forgotten])
+    shadows = shadows_of(needles, kept)
+    assert any(_holds_plain(data, x, shadows) for x in needles._plain()) is planted
+    assert any(forgotten.encode() in k.encode() for k in kept)  # so a plain find would flag it
+
+
+def test_forgetting_a_subject_whose_ids_prefix_anothers_is_verified(stores, settings, ingest):
+    """LoCoMo's turns: one speaker's ``conv:D1:1`` is a prefix of the other's ``conv:D1:10``."""
+    said = "We talked about the long hike up to the lake last weekend."
+    rows = [
+        episode(
+            episode_id=f"conv-43:D1:{i}", tenant_id="acme",
+            subject_id="tim" if i % 2 else "john", source_role="user",
+            text=f"{said} Turn {i}.", occurred_at=f"2026-07-01T10:{i:02d}:00Z",
+        )
+        for i in range(1, 14)
+    ]  # fmt: skip
+    ingest(lines_of(*rows))
+    _consolidate(stores, settings)
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), "tim", tenant_id="acme")
+    assert receipt["verification"]["verified"], receipt["verification"]
+    kept = stores.lance.scan("episodes", columns=["episode_id"]).column(0).to_pylist()
+    assert sorted(kept) == sorted(f"conv-43:D1:{i}" for i in range(2, 14, 2))
+    (settings.home / "notes").mkdir(parents=True)
+    (settings.home / "notes" / "copy.txt").write_text("conv-43:D1:3\n")  # one of tim's ids
+    receipt = forget_subject(stores, settings, RunContext(now=NOW), "john", tenant_id="acme")
+    assert receipt["verification"]["verified"], receipt["verification"]  # not john's ids
