@@ -67,6 +67,20 @@ def _store(stores: Stores, ctx: RunContext, kind: str, body: dict[str, Any], tar
                      detail={"receipt_id": body["receipt_id"]})  # fmt: skip
 
 
+def _pass_receipt_id(stores: Stores, ctx: RunContext, *, did_work: bool) -> str:
+    """The id of a forgetting pass's receipt: its clock, so a rerun after a kill (the receipt
+    is stored last) stores it once; a further pass at the same clock that did work is the
+    clock's next pass, so its receipt is stored too instead of colliding with the first."""
+    first = receipt_id("expire", ctx.now.isoformat())
+    if not did_work:
+        return first  # nothing to record beyond the first pass's receipt
+    with stores.meta.connect() as con:
+        (stored,) = con.execute(
+            "SELECT count(*) FROM receipts WHERE kind = 'expire' AND issued_at = ?", [ctx.now]
+        ).fetchone()
+    return first if stored == 0 else receipt_id("expire", ctx.now.isoformat(), stored)
+
+
 def run_forgetting(
     stores: Stores,
     settings: Settings,
@@ -95,8 +109,12 @@ def run_forgetting(
     # hard-deleted control-plane rows stay in DuckDB's freed blocks until the file is rewritten
     rewrite_s = stores.meta.rewrite() if expired.deleted or compacted.deleted_ids else None
     t4 = time.perf_counter()
+    did_work = bool(
+        changed or any(folded.values()) or any(expired.deleted.values())
+        or any(expired.control_plane.values())
+    )  # fmt: skip
     receipt = {
-        "receipt_id": receipt_id("expire", ctx.now.isoformat()),  # one pass per clock
+        "receipt_id": _pass_receipt_id(stores, ctx, did_work=did_work),
         "kind": "expire",
         "at": ctx.now.isoformat(),
         "run_id": ctx.run_id,

@@ -59,3 +59,21 @@ def test_an_identical_event_is_logged_once_and_another_clock_is_another_event(me
     with mem.stores.meta.connect() as con:
         (n,) = con.execute("SELECT count(*) FROM audit_log WHERE action = 'probe'").fetchone()
     assert n == 3
+
+
+def test_a_second_pass_at_the_same_clock_that_did_work_keeps_its_own_receipt(mem, kit):
+    """A pass at a clock is stored once (a rerun after a kill finds nothing left and stores
+    nothing new); a later pass at the same clock that found work is stored beside it."""
+    at = kit.NOW + timedelta(days=1)
+    mem.ingest([kit.make_episode("e1", expires_at=(kit.NOW - timedelta(hours=1)).isoformat())])
+    first = run_forgetting(mem.stores, mem.settings, RunContext(now=at, run_id="one"))
+    assert first["expired"]  # the first pass expired e1
+    again = run_forgetting(mem.stores, mem.settings, RunContext(now=at, run_id="two"))
+    assert again["receipt_id"] == first["receipt_id"] and not again["expired"]
+    mem.ingest([kit.make_episode("e2", expires_at=(kit.NOW - timedelta(hours=1)).isoformat())])
+    later = run_forgetting(mem.stores, mem.settings, RunContext(now=at, run_id="three"))
+    assert later["expired"] and later["receipt_id"] != first["receipt_id"]
+    receipts, _ = _history(mem)
+    assert sorted(r[0] for r in receipts if r[1] == "expire") == sorted(
+        [first["receipt_id"], later["receipt_id"]]
+    )
