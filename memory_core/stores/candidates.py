@@ -120,26 +120,7 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
             "updated_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
         }
     )
-    evidence_rows: list[tuple[str, str, str, str | None]] = []
-    for cand, _ in writes:
-        subjects = {p.source_id: p.subject_id for p in cand.provenance}
-        seen: set[str] = set()
-        for role, ids in (
-            ("support", cand.support_ids),
-            ("counterexample", cand.counterexample_ids),
-        ):
-            for eid in ids:
-                if eid not in seen:
-                    seen.add(eid)
-                    evidence_rows.append((cand.candidate_id, eid, role, subjects.get(eid)))
-    evidence = pa.table(
-        {
-            "candidate_id": pa.array([r[0] for r in evidence_rows], pa.string()),
-            "episode_id": pa.array([r[1] for r in evidence_rows], pa.string()),
-            "role": pa.array([r[2] for r in evidence_rows], pa.string()),
-            "subject_id": pa.array([r[3] for r in evidence_rows], pa.string()),
-        }
-    )
+    evidence = _evidence_table([c for c, _ in writes])
     con.register("incoming_candidates", rows)
     con.register("incoming_evidence", evidence)
     con.execute(
@@ -157,6 +138,26 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
     con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
     con.unregister("incoming_candidates")
     con.unregister("incoming_evidence")
+
+
+def _evidence_table(candidates: list[Candidate]) -> pa.Table:
+    """One row per (candidate, episode): support first, a counterexample only if not support.
+
+    Built as whole columns per candidate (a partition's candidates cite ~10k episodes), the
+    subject taken from the candidate's pin of the episode."""
+    cols: dict[str, list[Any]] = {"candidate_id": [], "episode_id": [], "role": [],
+                                  "subject_id": []}  # fmt: skip
+    for cand in candidates:
+        support = list(dict.fromkeys(cand.support_ids))
+        seen = set(support)
+        counter = [e for e in dict.fromkeys(cand.counterexample_ids) if e not in seen]
+        subjects = {p.source_id: p.subject_id for p in cand.provenance}
+        ids = [*support, *counter]
+        cols["candidate_id"].extend([cand.candidate_id] * len(ids))
+        cols["episode_id"].extend(ids)
+        cols["role"].extend(["support"] * len(support) + ["counterexample"] * len(counter))
+        cols["subject_id"].extend(map(subjects.get, ids))
+    return pa.table({name: pa.array(values, pa.string()) for name, values in cols.items()})
 
 
 def _from_rows(rows: list[tuple[Any, ...]]) -> list[Candidate]:

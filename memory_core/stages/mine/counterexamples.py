@@ -133,6 +133,20 @@ def _holds(conditions: Mapping[str, str], pairs: Iterable[Pair]) -> bool:
     return all(conditions.get(k) == v for k, v in pairs)
 
 
+def _weighted(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
+    """Each conditions object once with how many rows hold it (episodes of one problem share
+    one parsed dict: ``episodes_from_columns``), so pairs are counted per distinct object."""
+    times: dict[int, int] = {}
+    first: dict[int, Mapping[str, Any]] = {}
+    for row in rows:
+        key = id(row)
+        if key in times:
+            times[key] += 1
+        else:
+            times[key], first[key] = 1, row
+    return [(first[key], n) for key, n in times.items()]
+
+
 def _mask(rows: Sequence[Mapping[str, Any]], pair: Pair) -> int:
     """Bit i is set when ``pair`` holds for ``rows[i]`` (values compared as strings)."""
     key, value = pair
@@ -164,12 +178,11 @@ def find_separator(
         return Separation({}, m, m)
     ignored = set(ignore)
     need = max(1, math.ceil(min_success_coverage * n_s - 1e-9))
-    counts = Counter(
-        (k, str(v))
-        for row in successes
-        for k, v in row.items()
-        if k not in ignored and v is not None
-    )
+    counts: Counter[Pair] = Counter()
+    for row, times in _weighted(successes):
+        for k, v in row.items():
+            if k not in ignored and v is not None:
+                counts[(k, str(v))] += times
     full_c, full_s = (1 << m) - 1, (1 << n_s) - 1
     items = []
     for pair in sorted(p for p, c in counts.items() if c >= need):
