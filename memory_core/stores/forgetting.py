@@ -493,7 +493,8 @@ def purge_record_rows(
     ``folded``: the records' content lives on in a digest (compaction, with a lineage edge per
     record), so the extracted facts they are evidence of stay: a compaction is not a deletion
     of content. Their evidence resolves through the lineage (``stages/extract/statements``);
-    a user deletion or revocation still reaches them.
+    the same holds for the contests they are evidence in (``contest_evidence``). A user
+    deletion or revocation still reaches both.
     """
     # Registered Arrow keys and a semi-join: a nightly hard delete can name 100k ids, where
     # list_contains would compare every row with every id.
@@ -505,7 +506,9 @@ def purge_record_rows(
             ("cluster_members", "episode_id", "_gone_ids"),
             ("access_stats", "record_id", "_gone_ids"),
             ("score_cache", "candidate_id", "_gone_ids"),  # a digest's summary
-            ("contest_evidence", "episode_id", "_gone_ids"),
+            # a folded turn still contradicts what it contradicted (its digest says it): an
+            # open contest keeps its evidence list for the settle card
+            *([] if folded else [("contest_evidence", "episode_id", "_gone_ids")]),
             ("embedding_cache", "content_hash", "_gone_hashes"),
         ):
             before = _count(con, table)

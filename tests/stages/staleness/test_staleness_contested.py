@@ -117,3 +117,23 @@ def test_tool_output_never_contests_a_preference(confirmed):
     done = run_staleness(mem.stores, mem.settings, RunContext(now=LATER))
     assert done["contested"]["contested"] == {}
     assert _current(mem)[0]["status"] == "active"
+
+
+def test_an_open_contest_keeps_its_evidence_when_the_turn_is_folded(confirmed):
+    """Compaction's hard delete of a folded turn (``purge_record_rows(folded=True)``) keeps
+    the settle card's evidence (a fold is not a deletion); an expiry's delete removes it."""
+    from memory_core.stages.staleness.summary import record_batch_summary
+    from memory_core.stores.forgetting import purge_record_rows
+
+    mem, _ = confirmed
+    _contradict_once(mem)
+    (batch,) = list_batches(mem.stores.meta, status="open")
+    with mem.stores.meta.transaction() as con:
+        purge_record_rows(con, record_ids=["l1"], text_hashes=[], folded=True)
+    (item,) = record_batch_summary(mem.stores, batch)["items"]
+    assert item["evidence"] == [{"episode_id": "l1", "settlement": None}]
+    with mem.stores.meta.transaction() as con:
+        counts = purge_record_rows(con, record_ids=["l1"], text_hashes=[])
+    assert counts.get("contest_evidence") == 1
+    (item,) = record_batch_summary(mem.stores, batch)["items"]
+    assert item["evidence"] == []
