@@ -42,6 +42,7 @@ from lance.fragment import write_fragments
 
 __all__ = [
     "FRAGMENT_ROWS_KEY",
+    "MERGE_ROWS",
     "LayoutStats",
     "compaction_options",
     "fts_in_one_segment",
@@ -53,6 +54,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FRAGMENT_ROWS_KEY = "memctl.fragment_rows"
+# The compaction target of a table not regrouped: fragments below it are merged (a day's
+# small appends), fragments at it are left alone. Lance's default (1,048,576) made a 1M-row
+# table of 10k-row fragments one candidate group, so every maintenance pass planned a rewrite
+# of the whole table to merge a night's appends; at this target it rewrites the appends and
+# at most one partly filled fragment.
+MERGE_ROWS = 65_536
 _KEY_COLUMNS = ["tenant_id", "subject_id"]
 
 
@@ -75,13 +82,13 @@ class LayoutStats:
 
 
 def compaction_options(
-    ds: lance.LanceDataset, base: dict[str, Any] | None = None
+    ds: lance.LanceDataset, base: dict[str, Any] | None = None, *, merge_rows: int = MERGE_ROWS
 ) -> dict[str, Any]:
-    """``base`` plus the table's own fragment target, when it has one (set by ``regroup``)."""
+    """``base`` plus the table's own fragment target (set by ``regroup``), else ``merge_rows``:
+    small fragments are merged, full ones are never rewritten only to grow them."""
     out = dict(base or {})
     rows = ds.config().get(FRAGMENT_ROWS_KEY)
-    if rows:
-        out.setdefault("target_rows_per_fragment", int(rows))
+    out.setdefault("target_rows_per_fragment", int(rows) if rows else merge_rows)
     return out
 
 

@@ -171,3 +171,31 @@ def test_regroup_keeps_every_row_and_bounds_each_subjects_fragments(
         count = sum(1 for k in keys if k == key)
         # contiguous: at most the fragments its rows need, plus one it starts inside
         assert len(fragments) <= -(-count // fragment_rows) + 1, key
+
+
+def test_maintenance_merges_small_fragments_only(tmp_path: Path) -> None:
+    """A table not regrouped: compaction merges the fragments below its merge target (a
+    night's small appends) into one and leaves full fragments as written (Lance's default
+    target made every fragment of a 1M-row table a candidate); the rows are unchanged."""
+    from memory_core.stores.layout import compaction_options
+
+    uri = str(tmp_path / "t.lance")
+    full = [pa.table({"k": pa.array(range(i * 100, i * 100 + 100))}) for i in range(3)]
+    ds = lance.write_dataset(full[0], uri)
+    for part in full[1:]:
+        ds = lance.write_dataset(part, uri, mode="append")
+    for i in range(6):  # small appends
+        ds = lance.write_dataset(pa.table({"k": pa.array([1000 + i * 2, 1001 + i * 2])}), uri,
+                                 mode="append")  # fmt: skip
+    kept = {f.fragment_id for f in ds.get_fragments() if f.count_rows() == 100}
+    assert compaction_options(ds)["target_rows_per_fragment"] >= 65_536  # nothing set: default
+    ds.optimize.compact_files(**compaction_options(ds, merge_rows=100))
+    ds = lance.dataset(uri)
+    sizes = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+    assert kept <= set(sizes)  # the full fragments were not rewritten
+    assert sorted(sizes.values()) == [12, 100, 100, 100]
+    assert sorted(ds.to_table().column("k").to_pylist()) == sorted(
+        [*range(300), *range(1000, 1012)]
+    )
+    ds.update_config({FRAGMENT_ROWS_KEY: "40"})  # a regrouped table keeps its own target
+    assert compaction_options(ds, merge_rows=100)["target_rows_per_fragment"] == 40
