@@ -35,11 +35,13 @@ from memory_core.stores import open_stores
 from tests.flows.crash_kit import diff, fake_anthropic_server, scenario_lines, snapshot
 from tests.kit import forkserver
 from tests.kit.anthropic import FakeAnthropic
+from tests.kit.once import built_once
 from tests.kit.prefect import LocalPrefect, harness_prefect
 
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 
-# two units of work for the xdist workers (tests/kit/schedule.py): each builds its own baseline
+# two units of work for the xdist workers (tests/kit/schedule.py); the template home and the
+# baseline are built once per session and shared (tests/kit/once.py)
 XDIST_SPLIT = 2
 
 KILL_POINTS = [
@@ -95,18 +97,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> LocalPrefect:
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One home with the scenario ingested; every case works on a copy."""
-    home = tmp_path_factory.mktemp("crash-template") / "home"
-    settings = load_settings(home=home)
-    ingest_records(
-        open_stores(settings),
-        settings,
-        RunContext(now=NOW),
-        scenario_lines(),
-        embedder=HashEmbedder(384),
-        source="episodes.jsonl",
-    )
-    return home
+    """One home with the scenario ingested, built once per session (tests/kit/once.py: both
+    halves of this file share it); every case works on a copy."""
+
+    def build(root: Path) -> None:
+        settings = load_settings(home=root / "home")
+        ingest_records(
+            open_stores(settings),
+            settings,
+            RunContext(now=NOW),
+            scenario_lines(),
+            embedder=HashEmbedder(384),
+            source="episodes.jsonl",
+        )
+
+    return built_once(tmp_path_factory, "crash-nightly-template", build) / "home"
 
 
 def _reset(fake: FakeAnthropic) -> None:
@@ -135,22 +140,30 @@ def _requests(fake: FakeAnthropic) -> list[str]:
 def baseline(
     template: Path, api: tuple[FakeAnthropic, str], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
+    """What a run that was never interrupted leaves and sends: run once per session (the
+    first worker to ask runs it against its own fake API; both halves compare with it)."""
     fake, url = api
-    home = tmp_path_factory.mktemp("crash-baseline") / "home"
-    shutil.copytree(template, home)
-    _reset(fake)
-    with pytest.MonkeyPatch.context() as mp:
-        summary = _run_here(home, mp, url)
-    requests = _requests(fake)
-    stores = open_stores(load_settings(home=home))
-    snap = snapshot(stores)
-    # the scenario exercises what the kill points claim to cover
-    assert summary["partitions"] >= 1
-    assert requests, "the baseline sent no LLM request: the harness would prove nothing"
-    assert snap["lance.facts"], "nothing was auto-approved into Lance facts"
-    assert snap["llm_ledger"] and snap["review_batches"] and snap["watermarks"]
-    assert snap["extracted_facts"], "the extract stage wrote nothing: its kill points prove nothing"
-    return {"snapshot": snap, "requests": requests}
+
+    def build(root: Path) -> None:
+        home = root / "home"
+        shutil.copytree(template, home)
+        _reset(fake)
+        with pytest.MonkeyPatch.context() as mp:
+            summary = _run_here(home, mp, url)
+        requests = _requests(fake)
+        snap = snapshot(open_stores(load_settings(home=home)))
+        # the scenario exercises what the kill points claim to cover
+        assert summary["partitions"] >= 1
+        assert requests, "the baseline sent no LLM request: the harness would prove nothing"
+        assert snap["lance.facts"], "nothing was auto-approved into Lance facts"
+        assert snap["llm_ledger"] and snap["review_batches"] and snap["watermarks"]
+        assert snap["extracted_facts"], (
+            "the extract stage wrote nothing: its kill points prove nothing"
+        )
+        (root / "baseline.json").write_text(json.dumps({"snapshot": snap, "requests": requests}))
+
+    built = built_once(tmp_path_factory, "crash-nightly-baseline", build)
+    return json.loads((built / "baseline.json").read_text())
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ because with two workers the longest file bounds the wall time:
 * a file may set ``XDIST_SPLIT = n``: its tests are dealt round-robin into n units (each
   worker that takes one builds that file's module fixtures for itself);
 * the files listed in ``FIRST`` (the longest, measured) start first, so no long file is
-  left to run alone at the end; the rest keep their collection order.
+  left to run alone at the end; the rest keep their collection order. An entry names a
+  file or one unit of a split file (``path#n``).
 
 Nothing here changes what a test does or asserts; ``-n 0`` runs everything in one process.
 """
@@ -22,9 +23,14 @@ import pytest
 # ~240 s each, the privacy end-to-end test ~240 s in one test, the review_served tests ~120
 # and ~150 s (split), then files of 50-120 s.
 FIRST = (
-    "tests/flows/test_crash_nightly.py",
+    "tests/flows/test_crash_nightly.py#0",
     "tests/flows/test_privacy_end_to_end.py",
-    "tests/flows/test_review_served.py",
+    "tests/flows/test_review_served.py#0",
+    # the second crash half after the privacy test on the other worker (xdist hands each
+    # worker two units at the start): by then the first half has built the shared baseline
+    # (tests/kit/once.py) and this half does not wait for it
+    "tests/flows/test_crash_nightly.py#1",
+    "tests/flows/test_review_served.py#1",
     "tests/flows/test_dask_runner.py",
     "tests/stages/mine/test_units.py",
     "tests/flows/test_serve_schedule.py",
@@ -57,6 +63,7 @@ def _file(item: pytest.Item) -> str:
 def assign_groups(items: list[pytest.Item]) -> None:
     """Mark every test with its unit of work and put the longest files first (stable)."""
     dealt: dict[str, int] = {}
+    groups: dict[str, str] = {}
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue  # a test that names its own group keeps it
@@ -65,6 +72,13 @@ def assign_groups(items: list[pytest.Item]) -> None:
         n = dealt.get(path, 0)
         dealt[path] = n + 1
         group = path if split == 1 else f"{path}#{n % split}"
+        groups[item.nodeid] = group
         item.add_marker(pytest.mark.xdist_group(group))
-    rank = {path: i for i, path in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(_file(item), len(FIRST)))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    last = len(FIRST)
+
+    def order(item: pytest.Item) -> int:
+        path = _file(item)
+        return rank.get(groups.get(item.nodeid, path), rank.get(path, last))
+
+    items.sort(key=order)
