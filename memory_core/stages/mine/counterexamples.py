@@ -477,6 +477,8 @@ def _split(episodes: Sequence[_Ep], pre: Mapping[str, str]) -> tuple[list[_Ep], 
     """(episodes for which every pair of ``pre`` holds, the others), order kept; decided once
     per conditions object, which episodes of one problem share."""
     pairs = list(pre.items())
+    if not pairs:
+        return list(episodes), []
     holds: dict[int, bool] = {}
     yes: list[_Ep] = []
     no: list[_Ep] = []

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ _COLUMNS = [
     "content_hash",
     "text",
 ]
+_EPISODE_ID = operator.attrgetter("episode_id")
 _SUPPORT_RUNS = 20  # supporting runs a procedure lists (their step signatures) in its stats
 
 
@@ -222,6 +224,9 @@ class _Evidence:
 
     @classmethod
     def of(cls, table: Any, settings: Settings, namespace: str) -> _Evidence:
+        """The episodes of ``table`` in id order (mining reads each unit's in id order)."""
+        table = table.take(pc.sort_indices(table, sort_keys=[("episode_id", "ascending")]))
+
         def col(name: str) -> list[Any]:
             return table.column(name).to_pylist()
 
@@ -561,7 +566,9 @@ def _mine_clusters(
     out: dict[str, _UnitOut] = {}
     for key, cids in _mining_units(info, by_cluster).items():
         unit = out.setdefault(key, _UnitOut())
-        rows = sorted((ep for cid in cids for ep in by_cluster[cid]), key=_by_id)
+        rows = by_cluster[cids[0]]  # in id order, as evidence is
+        if len(cids) > 1:
+            rows = sorted((ep for cid in cids for ep in by_cluster[cid]), key=_EPISODE_ID)
         for finding in mine_episodes(rows, settings.policy):
             cid = _home_cluster(finding, cluster_of, cids)
             support = evidence.actions_of(finding.support_ids or finding.success_ids)
@@ -582,10 +589,6 @@ def _mine_clusters(
             if pit is not None:
                 unit.pitfalls.append(pit)
     return out
-
-
-def _by_id(episode: MiningEpisode) -> str:
-    return episode.episode_id
 
 
 def _signatures(actions: list[Any], cache: dict[tuple[str, ...], list[str]]) -> list[str]:
