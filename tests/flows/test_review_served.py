@@ -277,6 +277,9 @@ def _submit_form_in_browser(chromium: str, base: str, run_id: str, api: Api) -> 
                 page.goto(f"{base}/runs/flow-run/{run_id}", wait_until="domcontentloaded")
                 page.get_by_role("button", name="Resume").click()
                 form = page.get_by_role("dialog")
+                # the dialog opens as a bare "resume?" prompt and becomes the run's form once
+                # the UI has read its input schema (seen under load): wait for a form field
+                form.locator("textarea").first.wait_for()
                 form.get_by_role("button", name="Submit").wait_for()
                 text = form.inner_text()
                 # the Reviewer left blank: the form refuses it, nothing reaches the run
