@@ -46,6 +46,7 @@ __all__ = [
     "LayoutStats",
     "compaction_options",
     "fts_in_one_segment",
+    "fts_indices",
     "regroup",
     "segment_fts",
     "subject_share",
@@ -146,7 +147,7 @@ def _order(ds: lance.LanceDataset) -> np.ndarray:
     return pc.sort_indices(keyed, sort_keys=[("t", "ascending"), ("s", "ascending")]).to_numpy()
 
 
-def _inverted(ds: lance.LanceDataset) -> list[tuple[str, str, dict[str, Any]]]:
+def fts_indices(ds: lance.LanceDataset) -> list[tuple[str, str, dict[str, Any]]]:
     """(name, column, tokenizer parameters) of every full-text index of ``ds``."""
     out = []
     for index in ds.describe_indices():
@@ -182,7 +183,7 @@ def segment_fts(ds: lance.LanceDataset) -> dict[str, int]:
     fragments = [f.fragment_id for f in ds.get_fragments()]
     if len(fragments) < 2:
         return out
-    for name, column, params in _inverted(ds):
+    for name, column, params in fts_indices(ds):
         segments = [
             ds.create_index_uncommitted(
                 column, "INVERTED", name=name, fragment_ids=[fid], replace=True, **params

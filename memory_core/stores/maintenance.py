@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from memory_core.errors import PolicyRefused
 from memory_core.stores.lance import LanceStore
-from memory_core.stores.layout import _inverted, compaction_options, segment_fts
+from memory_core.stores.layout import compaction_options, fts_indices, segment_fts
 
 __all__ = [
     "PurgeStats",
@@ -193,28 +193,30 @@ def rebuild_stale_indices(ds: lance.LanceDataset) -> list[str]:
     new version (pylance commits index changes on the handle).
 
     A full-text index kept as one segment per fragment (``layout.segment_fts``) loses the
-    segment of a removed fragment with it, so it is not stale; one over several fragments is
-    rebuilt and segmented again."""
+    segment of a removed fragment with it, so it is not stale; one whose stale segment spans
+    several fragments is segmented again over the live ones (once, by ``segment_fts``)."""
     live = {f.fragment_id for f in ds.get_fragments()}
     stale = [ix for ix in ds.list_indices() if set(ix["fragment_ids"]) - live]
+    if not stale:
+        return []
     done: list[str] = []
-    fts_params = {name: params for name, _, params in _inverted(ds)}
+    fts_params = {name: params for name, _, params in fts_indices(ds)}
     resegment = False
     for ix in stale:
         name, column, kind = ix["name"], ix["fields"][0], str(ix["type"]).lower()
-        if kind in _SCALAR_KINDS:
+        if kind == "inverted" and len(live) > 1 and _segments(ds, name) > 1:
+            resegment = True  # segment_fts below rebuilds it, a segment per live fragment
+        elif kind in _SCALAR_KINDS:
             extra = fts_params.get(name, {}) if kind == "inverted" else {}
-            segments = _segments(ds, name)
             ds.create_scalar_index(column, _SCALAR_KINDS[kind], name=name, replace=True, **extra)
-            resegment |= kind == "inverted" and segments > 1
-            done.append(f"{name}:rebuilt")
         else:
             ds.drop_index(name)
             done.append(f"{name}:dropped")
+            continue
+        done.append(f"{name}:rebuilt")
     if resegment:
         segment_fts(ds)
-    if done:
-        logger.info("indices over removed fragments of %s: %s", ds.uri, done)
+    logger.info("indices over removed fragments of %s: %s", ds.uri, done)
     return done
 
 

@@ -209,11 +209,9 @@ def _file_holds(
             if path.stat().st_size == 0:
                 return False
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                if _holds_name(data, probes):
-                    return True
-                if shadows is None:
-                    return any(data.find(x) >= 0 for x in plain)
-                return any(_holds_plain(data, x, shadows) for x in plain)
+                return _holds_name(data, probes) or any(
+                    _holds_plain(data, x, shadows or {}) for x in plain
+                )
     except (FileNotFoundError, ValueError):  # gone meanwhile, or emptied
         return False
 

@@ -94,3 +94,25 @@ def test_a_partial_delete_leaves_the_indices_to_compaction(tmp_path):
     ds.optimize.compact_files(materialize_deletions_threshold=0.0)
     _clean(ds)
     assert _files_holding(path, b"gone-0041") == []
+
+
+def test_a_segment_spanning_a_removed_fragment_is_segmented_again(tmp_path):
+    path = tmp_path / "t.lance"
+    ds, _ = _dataset(path)
+    ds.drop_index("vector_idx")
+    ds.drop_index("id_idx")
+    segment_fts(ds)
+    ds = lance.dataset(path)
+    late = pa.table({"id": [f"late-{i:04d}" for i in range(10)],
+                     "text": [f"lateword note {i}" for i in range(10)],
+                     "vector": ds.to_table(columns=["vector"], limit=10).column(0)})  # fmt: skip
+    ds = lance.write_dataset(late, path, mode="append")
+    ds.optimize.optimize_indices()  # the appended rows join the newest segment
+    ds.delete("id LIKE 'late-%'")  # their fragment, whole: that segment is stale
+    assert rebuild_stale_indices(ds) == ["text_idx:rebuilt"]
+    live = {f.fragment_id for f in ds.get_fragments()}
+    (index,) = [i for i in ds.describe_indices() if i.name == "text_idx"]
+    assert len(index.segments) == len(live) == 3
+    assert all(set(ix["fragment_ids"]) <= live for ix in ds.list_indices())
+    assert ds.to_table(full_text_query="keepword").num_rows == 80
+    assert ds.to_table(full_text_query="lateword").num_rows == 0
