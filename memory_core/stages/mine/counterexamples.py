@@ -354,9 +354,6 @@ class MiningEpisode(NamedTuple):
     has_actions: bool = True
 
 
-_Ep = MiningEpisode
-
-
 def _conditions(value: Any) -> dict[str, str]:
     if isinstance(value, str):
         value = json.loads(value) if value else None
@@ -369,9 +366,9 @@ def _episodes(
     episodes: Iterable[Mapping[str, Any]] | pl.DataFrame,
     steps: StepsConfig,
     namespace: str | None,
-) -> list[_Ep]:
+) -> list[MiningEpisode]:
     rows = episodes.to_dicts() if isinstance(episodes, pl.DataFrame) else episodes
-    out: dict[str, _Ep] = {}
+    out: dict[str, MiningEpisode] = {}
     patterns: dict[tuple[str, ...], tuple[str, ...]] = {}  # episodes repeat action lists
     for row in rows:
         eid = row["episode_id"]
@@ -380,7 +377,7 @@ def _episodes(
             patterns[actions] = pattern_of(actions, steps, namespace)
         out.setdefault(
             eid,
-            _Ep(
+            MiningEpisode(
                 eid,
                 row.get("subject_id"),
                 row.get("session_id"),
@@ -431,8 +428,8 @@ def episodes_from_columns(
 
 
 def _pitfall(
-    wins: Sequence[_Ep],
-    explained: Sequence[_Ep],
+    wins: Sequence[MiningEpisode],
+    explained: Sequence[MiningEpisode],
     policy: PolicyConfig,
     ignore: set[str],
     population: Sequence[Mapping[str, str]],
@@ -458,13 +455,8 @@ def _pitfall(
                    subjects)  # fmt: skip
 
 
-def _distinct(rows: Sequence[Mapping[str, str]]) -> list[Mapping[str, str]]:
-    """Each conditions object once (episodes built by ``episodes_from_columns`` share them)."""
-    return list({id(row): row for row in rows}.values())
-
-
 def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, str]:
-    rows = _distinct(rows)  # an intersection: repeats change nothing
+    rows = [row for row, _ in _weighted(rows)]  # an intersection: repeats change nothing
     if not rows:
         return {}
     shared = {k: v for k, v in rows[0].items() if k not in ignore}
@@ -473,15 +465,17 @@ def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, st
     return dict(sorted(shared.items()))
 
 
-def _split(episodes: Sequence[_Ep], pre: Mapping[str, str]) -> tuple[list[_Ep], list[_Ep]]:
+def _split(
+    episodes: Sequence[MiningEpisode], pre: Mapping[str, str]
+) -> tuple[list[MiningEpisode], list[MiningEpisode]]:
     """(episodes for which every pair of ``pre`` holds, the others), order kept; decided once
     per conditions object, which episodes of one problem share."""
     pairs = list(pre.items())
     if not pairs:
         return list(episodes), []
     holds: dict[int, bool] = {}
-    yes: list[_Ep] = []
-    no: list[_Ep] = []
+    yes: list[MiningEpisode] = []
+    no: list[MiningEpisode] = []
     for e in episodes:
         key = id(e.conditions)
         ok = holds.get(key)
@@ -491,7 +485,7 @@ def _split(episodes: Sequence[_Ep], pre: Mapping[str, str]) -> tuple[list[_Ep], 
     return yes, no
 
 
-def _sessions(episodes: Sequence[_Ep]) -> int:
+def _sessions(episodes: Sequence[MiningEpisode]) -> int:
     return len({e.session_id or f"episode:{e.episode_id}" for e in episodes})
 
 
@@ -522,7 +516,7 @@ def mine_episodes(
     ignore = set(policy.ignore_condition_keys)
     population = [e.conditions for e in eps]
     context = _shared(population, ignore)
-    patterns: dict[tuple[str, ...], list[_Ep]] = {}
+    patterns: dict[tuple[str, ...], list[MiningEpisode]] = {}
     for e in eps:
         if e.has_actions:
             patterns.setdefault(e.steps, []).append(e)
