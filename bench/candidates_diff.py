@@ -2,6 +2,7 @@
 mine on it, dumps the candidates table and their evidence, and diffs the dumps.
 
     python bench/candidates_diff.py /path/to/before /path/to/after [--episodes 24000]
+        [--incremental 0.01]
 
 Why: a speed change in the cluster or mine stage must not change what is mined. Each checkout
 runs in its own process with ``PYTHONPATH`` set to it, on a home built by that checkout from
@@ -9,6 +10,8 @@ runs in its own process with ``PYTHONPATH`` set to it, on a home built by that c
 candidate's id, kind, status, reason, content hash and body (what ``memctl candidates`` shows:
 texts, steps, conditions, statistics, evidence pins) and every evidence row; the run's id and
 times are left out. Prints the counts and the first differences; exits 1 when they differ.
+``--incremental F``: after the first night, ``F`` x episodes more arrive (``build``'s later
+ids and times) and a second night clusters and mines them; the dump is taken after it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 
 
-def dump(home: Path, episodes: int, partitions: int, out: Path) -> None:
+def dump(home: Path, episodes: int, partitions: int, out: Path, incremental: float) -> None:
     """Build, cluster, mine and dump (runs inside the checkout under test)."""
     sys.path.insert(0, str(_HERE))
     from consolidate import build, run_stages
@@ -34,6 +37,10 @@ def dump(home: Path, episodes: int, partitions: int, out: Path) -> None:
 
     build(home, episodes, partitions)
     run_stages(home, workers=1)
+    if incremental > 0:
+        build(home, max(partitions, round(episodes * incremental)), partitions,
+              first=episodes // partitions)  # fmt: skip
+        run_stages(home, workers=1)
     meta = open_stores(load_settings(home=home, embed={"model": "hash"})).meta
     with meta.connect() as con:
         cands = con.execute(
@@ -59,10 +66,11 @@ def main() -> None:
     parser.add_argument("after", type=Path, nargs="?")
     parser.add_argument("--episodes", type=int, default=24_000)
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--incremental", type=float, default=0.0)
     parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        dump(args.child[0], args.episodes, args.partitions, args.child[1])
+        dump(args.child[0], args.episodes, args.partitions, args.child[1], args.incremental)
         return
     with tempfile.TemporaryDirectory() as tmp:
         dumps = []
@@ -71,7 +79,8 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
             subprocess.run(
                 [sys.executable, __file__, "--episodes", str(args.episodes), "--partitions",
-                 str(args.partitions), "--child", str(home), str(out)],
+                 str(args.partitions), "--incremental", str(args.incremental), "--child",
+                 str(home), str(out)],
                 check=True, env=env, cwd=checkout,
             )  # fmt: skip
             dumps.append(out.read_text().splitlines())

@@ -66,15 +66,20 @@ from memory_core.step_abstract import pattern_of
 __all__ = [
     "CONTEXT_KEYS",
     "MIN_PATTERN_SUCCESSES",
+    "EpisodeGroup",
     "MiningEpisode",
     "PatternFinding",
     "Pitfall",
     "Separation",
+    "condition_values",
     "episodes_from_columns",
     "find_separator",
+    "group_episodes",
     "mine_cluster",
     "mine_episodes",
+    "mine_groups",
     "policy_failures",
+    "separate",
     "wilson_lower_bound",
     "wilson_upper_bound",
 ]
@@ -147,14 +152,27 @@ def _weighted(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any]
     return [(first[key], n) for key, n in times.items()]
 
 
-def _mask(rows: Sequence[Mapping[str, Any]], pair: Pair) -> int:
-    """Bit i is set when ``pair`` holds for ``rows[i]`` (values compared as strings)."""
+def _runs(entries: Sequence[tuple[Mapping[str, Any], int]]) -> list[int]:
+    """Each entry's run of bits: ``times`` consecutive bits, entries one after another.
+
+    Why runs: an entry stands for ``times`` episodes sharing one conditions object, and every
+    count the search takes is a popcount, which does not care where an episode's bit sits. So
+    a mask is built per distinct object (a handful per cluster), not per episode."""
+    runs, offset = [], 0
+    for _, times in entries:
+        runs.append(((1 << times) - 1) << offset)
+        offset += times
+    return runs
+
+
+def _mask(entries: Sequence[tuple[Mapping[str, Any], int]], runs: Sequence[int], pair: Pair) -> int:
+    """The bits of the episodes for which ``pair`` holds (values compared as strings)."""
     key, value = pair
     bits = 0
-    for i, row in enumerate(rows):
+    for (row, _), run in zip(entries, runs, strict=True):
         got = row.get(key)
         if got is not None and str(got) == value:
-            bits |= 1 << i
+            bits |= run
     return bits
 
 
@@ -173,22 +191,48 @@ def find_separator(
     (perfect, counterexamples left, size, successes excluded) are broken by specificity,
     computed over ``population`` (the cluster) only for the tied sets, then lexicographically.
     """
-    m, n_s = len(counterexamples), len(successes)
-    if not successes or m == 0:
+    return separate(
+        _weighted(successes),
+        _weighted(counterexamples),
+        max_keys=max_keys,
+        ignore=ignore,
+        population=None if population is None else _weighted(population),
+        min_success_coverage=min_success_coverage,
+    )
+
+
+Weighted = Sequence[tuple[Mapping[str, Any], int]]
+
+
+def separate(
+    successes: Weighted,
+    counterexamples: Weighted,
+    *,
+    max_keys: int,
+    ignore: Iterable[str] = (),
+    population: Weighted | None = None,
+    min_success_coverage: float = 1.0,
+) -> Separation:
+    """``find_separator`` over (conditions, how many episodes hold them) entries: the same
+    answer as over the episodes one by one (``mine_groups`` passes its groups' counts)."""
+    m = sum(times for _, times in counterexamples)
+    n_s = sum(times for _, times in successes)
+    if n_s == 0 or m == 0:
         return Separation({}, m, m)
     ignored = set(ignore)
     need = max(1, math.ceil(min_success_coverage * n_s - 1e-9))
     counts: Counter[Pair] = Counter()
-    for row, times in _weighted(successes):
+    for row, times in successes:
         for k, v in row.items():
             if k not in ignored and v is not None:
                 counts[(k, str(v))] += times
+    s_runs, c_runs = _runs(successes), _runs(counterexamples)
     full_c, full_s = (1 << m) - 1, (1 << n_s) - 1
     items = []
     for pair in sorted(p for p, c in counts.items() if c >= need):
-        c_mask = _mask(counterexamples, pair)
+        c_mask = _mask(counterexamples, c_runs, pair)
         if c_mask != full_c:  # excludes at least one counterexample
-            items.append((pair, _mask(successes, pair), c_mask))
+            items.append((pair, _mask(successes, s_runs, pair), c_mask))
     items.sort(key=lambda it: (it[2].bit_count(), it[0]))  # most exclusive first
     items = items[:_MAX_ITEMS]
     best: tuple[int, ...] | None = None
@@ -217,13 +261,14 @@ def find_separator(
     if best is None:
         return Separation({}, m, 0)
     pop = list(population) if population is not None else [*successes, *counterexamples]
+    p_runs = _runs(pop)
     masks: dict[Pair, int] = {}
 
     def specificity(pairs: tuple[Pair, ...]) -> int:
         bits = -1
         for pair in pairs:
             if pair not in masks:
-                masks[pair] = _mask(pop, pair)
+                masks[pair] = _mask(pop, p_runs, pair)
             bits &= masks[pair]
         return bits.bit_count()
 
@@ -354,7 +399,8 @@ class MiningEpisode(NamedTuple):
     has_actions: bool = True
 
 
-def _conditions(value: Any) -> dict[str, str]:
+def condition_values(value: Any) -> dict[str, str]:
+    """An episode's conditions (a dict, its JSON text or nothing) as string pairs."""
     if isinstance(value, str):
         value = json.loads(value) if value else None
     if value is None:
@@ -383,7 +429,7 @@ def _episodes(
                 row.get("session_id"),
                 patterns[actions],
                 str(row.get("outcome") or "unknown"),
-                _conditions(row.get("conditions")),
+                condition_values(row.get("conditions")),
                 bool(actions),
             ),
         )
@@ -419,7 +465,7 @@ def episodes_from_columns(
             pattern = patterns[key] = pattern_of(key, steps, namespace)
         found = parsed.get(cond)
         if found is None:
-            found = parsed[cond] = _conditions(cond or None)
+            found = parsed[cond] = condition_values(cond or None)
         out.append(
             MiningEpisode(eid, subject, session, pattern, str(outcome or "unknown"), found,
                           bool(key))
@@ -427,32 +473,80 @@ def episodes_from_columns(
     return out
 
 
+class EpisodeGroup(NamedTuple):
+    """Episodes of one cluster (or mining unit) that mining cannot tell apart: the same steps,
+    outcome and conditions object. ``ids`` in id order, ``subjects``/``sessions`` aligned.
+
+    Why groups: every decision mining makes (patterns, separators, splits, the policy's counts)
+    is the same for all episodes of a group, so it is made once per group; only the id,
+    subject and session lists grow with the episodes (``mine_groups``)."""
+
+    steps: tuple[str, ...]
+    outcome: str
+    conditions: dict[str, str]
+    has_actions: bool
+    ids: Sequence[str]
+    subjects: Sequence[str | None]
+    sessions: Sequence[str | None]
+
+
+def group_episodes(eps: Sequence[MiningEpisode]) -> list[EpisodeGroup]:
+    """``eps`` (sorted by id) as groups; episodes share a conditions object when they share
+    its text (``episodes_from_columns``), so objects are told apart by identity."""
+    found: dict[tuple[Any, ...], tuple[list[str], list[str | None], list[str | None]]] = {}
+    first: dict[tuple[Any, ...], MiningEpisode] = {}
+    for e in eps:
+        key = (e.steps, e.outcome, id(e.conditions), e.has_actions)
+        lists = found.get(key)
+        if lists is None:
+            lists = found[key] = ([], [], [])
+            first[key] = e
+        lists[0].append(e.episode_id)
+        lists[1].append(e.subject_id)
+        lists[2].append(e.session_id)
+    return [
+        EpisodeGroup(first[k].steps, first[k].outcome, first[k].conditions, first[k].has_actions,
+                     ids, subjects, sessions)
+        for k, (ids, subjects, sessions) in found.items()
+    ]  # fmt: skip
+
+
+def _entries(groups: Sequence[EpisodeGroup]) -> list[tuple[Mapping[str, Any], int]]:
+    return [(g.conditions, len(g.ids)) for g in groups]
+
+
+def _ids(groups: Sequence[EpisodeGroup]) -> tuple[str, ...]:
+    """The groups' episode ids in id order (each group's are already)."""
+    if len(groups) == 1:
+        return tuple(groups[0].ids)
+    return tuple(sorted(itertools.chain.from_iterable(g.ids for g in groups)))
+
+
 def _pitfall(
-    wins: Sequence[MiningEpisode],
-    explained: Sequence[MiningEpisode],
+    wins: Sequence[EpisodeGroup],
+    explained: Sequence[EpisodeGroup],
     policy: PolicyConfig,
     ignore: set[str],
-    population: Sequence[Mapping[str, str]],
+    population: Sequence[tuple[Mapping[str, Any], int]],
 ) -> Pitfall | None:
     """Conditions shared by the explained failures and by no success: a failure lesson.
 
     The same separator search, roles swapped: the failures must all satisfy the conditions
     and no success may. Fewer than two explained failures teach nothing (no pitfall).
     """
-    if len(explained) < MIN_PATTERN_SUCCESSES or not wins:
+    if sum(len(g.ids) for g in explained) < MIN_PATTERN_SUCCESSES or not wins:
         return None
-    found = find_separator(
-        [e.conditions for e in explained],
-        [e.conditions for e in wins],
+    found = separate(
+        _entries(explained),
+        _entries(wins),
         max_keys=policy.max_condition_keys,
         ignore=ignore | CONTEXT_KEYS,
         population=population,
     )
     if not found.conditions or not found.perfect:
         return None
-    subjects = tuple(sorted({e.subject_id or "" for e in explained}))
-    return Pitfall(dict(sorted(found.conditions.items())), tuple(e.episode_id for e in explained),
-                   subjects)  # fmt: skip
+    subjects = tuple(sorted({s or "" for g in explained for s in g.subjects}))
+    return Pitfall(dict(sorted(found.conditions.items())), _ids(explained), subjects)
 
 
 def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, str]:
@@ -466,27 +560,23 @@ def _shared(rows: Sequence[Mapping[str, str]], ignore: set[str]) -> dict[str, st
 
 
 def _split(
-    episodes: Sequence[MiningEpisode], pre: Mapping[str, str]
-) -> tuple[list[MiningEpisode], list[MiningEpisode]]:
-    """(episodes for which every pair of ``pre`` holds, the others), order kept; decided once
-    per conditions object, which episodes of one problem share."""
+    groups: Sequence[EpisodeGroup], pre: Mapping[str, str]
+) -> tuple[list[EpisodeGroup], list[EpisodeGroup]]:
+    """(groups for which every pair of ``pre`` holds, the others), order kept."""
     pairs = list(pre.items())
     if not pairs:
-        return list(episodes), []
-    holds: dict[int, bool] = {}
-    yes: list[MiningEpisode] = []
-    no: list[MiningEpisode] = []
-    for e in episodes:
-        key = id(e.conditions)
-        ok = holds.get(key)
-        if ok is None:
-            ok = holds[key] = _holds(e.conditions, pairs)
-        (yes if ok else no).append(e)
+        return list(groups), []
+    yes: list[EpisodeGroup] = []
+    no: list[EpisodeGroup] = []
+    for g in groups:
+        (yes if _holds(g.conditions, pairs) else no).append(g)
     return yes, no
 
 
-def _sessions(episodes: Sequence[MiningEpisode]) -> int:
-    return len({e.session_id or f"episode:{e.episode_id}" for e in episodes})
+def _sessions(groups: Sequence[EpisodeGroup]) -> int:
+    return len(
+        {s or f"episode:{e}" for g in groups for e, s in zip(g.ids, g.sessions, strict=True)}
+    )
 
 
 def mine_cluster(
@@ -513,24 +603,32 @@ def mine_episodes(
     eps: Sequence[MiningEpisode], policy: PolicyConfig, *, min_success_coverage: float = 1.0
 ) -> list[PatternFinding]:
     """``mine_cluster`` over episodes already built (unique ids, sorted by id)."""
+    return mine_groups(group_episodes(eps), policy, min_success_coverage=min_success_coverage)
+
+
+def mine_groups(
+    groups: Sequence[EpisodeGroup], policy: PolicyConfig, *, min_success_coverage: float = 1.0
+) -> list[PatternFinding]:
+    """``mine_episodes`` over the episodes' groups (``EpisodeGroup``): the same findings, each
+    decision made once per group instead of once per episode."""
     ignore = set(policy.ignore_condition_keys)
-    population = [e.conditions for e in eps]
-    context = _shared(population, ignore)
-    patterns: dict[tuple[str, ...], list[MiningEpisode]] = {}
-    for e in eps:
-        if e.has_actions:
-            patterns.setdefault(e.steps, []).append(e)
+    population = _entries(groups)
+    context = _shared([g.conditions for g in groups], ignore)
+    patterns: dict[tuple[str, ...], list[EpisodeGroup]] = {}
+    for g in groups:
+        if g.has_actions:
+            patterns.setdefault(g.steps, []).append(g)
     findings = []
     for steps in sorted(patterns):
         group = patterns[steps]
-        wins = [e for e in group if e.outcome == "success"]
-        if len(wins) < MIN_PATTERN_SUCCESSES:
+        wins = [g for g in group if g.outcome == "success"]
+        if sum(len(g.ids) for g in wins) < MIN_PATTERN_SUCCESSES:
             continue
-        fails = [e for e in group if e.outcome == "failure"]
-        neither = [e for e in group if e.outcome not in ("success", "failure")]
-        separation = find_separator(
-            [e.conditions for e in wins],
-            [e.conditions for e in fails],
+        fails = [g for g in group if g.outcome == "failure"]
+        neither = [g for g in group if g.outcome not in ("success", "failure")]
+        separation = separate(
+            _entries(wins),
+            _entries(fails),
             max_keys=policy.max_condition_keys,
             ignore=ignore,
             population=population,
@@ -539,30 +637,33 @@ def mine_episodes(
         if fails:
             pre = separation.conditions
         else:
-            pre = _shared([e.conditions for e in wins], ignore | CONTEXT_KEYS)
+            pre = _shared([g.conditions for g in wins], ignore | CONTEXT_KEYS)
         support, _ = _split(wins, pre)
         unexplained, explained = _split(fails, pre)
         pitfall = _pitfall(wins, explained, policy, ignore, population)
-        subjects = tuple(sorted({e.subject_id or "" for e in support}))
-        wilson = wilson_lower_bound(len(support), len(support) + len(unexplained), policy.wilson_z)
+        subjects = tuple(sorted({s or "" for g in support for s in g.subjects}))
+        support_ids, unexplained_ids = _ids(support), _ids(unexplained)
+        wilson = wilson_lower_bound(
+            len(support_ids), len(support_ids) + len(unexplained_ids), policy.wilson_z
+        )
         failed = policy_failures(
-            support_episodes=len(support),
+            support_episodes=len(support_ids),
             support_subjects=len(subjects),
             wilson_lower=wilson,
-            unexplained=len(unexplained),
+            unexplained=len(unexplained_ids),
             policy=policy,
         )
         findings.append(
             PatternFinding(
                 steps=steps,
-                success_ids=tuple(e.episode_id for e in wins),
-                counterexample_ids=tuple(e.episode_id for e in fails),
-                neither_ids=tuple(e.episode_id for e in neither),
+                success_ids=_ids(wins),
+                counterexample_ids=_ids(fails),
+                neither_ids=_ids(neither),
                 preconditions=dict(sorted(pre.items())),
                 context={k: v for k, v in context.items() if k not in pre},
                 separation=separation,
-                support_ids=tuple(e.episode_id for e in support),
-                unexplained_ids=tuple(e.episode_id for e in unexplained),
+                support_ids=support_ids,
+                unexplained_ids=unexplained_ids,
                 support_subjects=subjects,
                 support_sessions=_sessions(support),
                 wilson_lower=wilson,

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import json
 import logging
-import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
 import pyarrow.compute as pc
 
 from memory_core.config import Settings
@@ -52,18 +52,19 @@ from memory_core.models import (
 from memory_core.stages.extract.statements import extracted_claim_rows, proposal_rule
 from memory_core.stages.mine.claims import aggregate_claims
 from memory_core.stages.mine.counterexamples import (
-    MiningEpisode,
+    EpisodeGroup,
     PatternFinding,
-    episodes_from_columns,
+    condition_values,
     format_conditions,
-    mine_episodes,
+    mine_groups,
     policy_failures,
     wilson_lower_bound,
 )
-from memory_core.stages.mine.units import plan_units, unit_key
+from memory_core.stages.mine.units import plan_units
 from memory_core.step_abstract import (
     AbstractStep,
     abstract_steps,
+    pattern_of,
     policy_steps,
     step_signature,
 )
@@ -92,7 +93,6 @@ _COLUMNS = [
     "content_hash",
     "text",
 ]
-_EPISODE_ID = operator.attrgetter("episode_id")
 _SUPPORT_RUNS = 20  # supporting runs a procedure lists (their step signatures) in its stats
 
 
@@ -208,14 +208,16 @@ def _claim_rows(table: Any) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class _Evidence:
-    """The episodes of the units mined this run, as columns, and their mining view.
+    """The episodes of the units mined this run, as columns, and their groups by unit.
 
     Why columns: a partition of 10k episodes was 10k dicts built and read once each; mining
-    needs a few fields of the few episodes a candidate cites (its pins, its support's
-    actions and goals), so those are looked up by position.
+    decides per group of episodes it cannot tell apart (``EpisodeGroup``) and needs a few
+    fields of the few episodes a candidate cites (its pins, its support's actions and goals),
+    so those are looked up by position.
     """
 
-    episodes: list[MiningEpisode]
+    groups: dict[str, list[EpisodeGroup]]  # by unit key, units in key order
+    clusters: dict[str, list[str]]  # by unit key: its clusters holding an episode with actions
     index: dict[str, int]
     subject_id: list[str | None]
     content_hash: list[str | None]
@@ -223,20 +225,18 @@ class _Evidence:
     actions: list[list[str] | None]
 
     @classmethod
-    def of(cls, table: Any, settings: Settings, namespace: str) -> _Evidence:
-        """The episodes of ``table`` in id order (mining reads each unit's in id order)."""
+    def of(cls, table: Any, units: pl.DataFrame, settings: Settings, namespace: str) -> _Evidence:
+        """The episodes of ``table`` in id order; ``units``: (episode_id, cluster_id, unit) of
+        the episodes with actions in a cluster, the ones mining groups."""
         table = table.take(pc.sort_indices(table, sort_keys=[("episode_id", "ascending")]))
 
         def col(name: str) -> list[Any]:
             return table.column(name).to_pylist()
 
         ids, subjects, actions = col("episode_id"), col("subject_id"), col("actions")
-        episodes = episodes_from_columns(
-            ids, subjects, col("session_id"), actions, col("outcome"), col("conditions"),
-            settings.steps, namespace,
-        )  # fmt: skip
         index = {eid: i for i, eid in enumerate(ids)}
-        return cls(episodes, index, subjects, col("content_hash"), col("goal"), actions)
+        groups, clusters = _groups(table, units, settings, namespace)
+        return cls(groups, clusters, index, subjects, col("content_hash"), col("goal"), actions)
 
     def pins(self, ids: list[str]) -> list[dict[str, Any]]:
         """Evidence pins, as the dicts ``Candidate`` validates into ``Provenance``.
@@ -264,6 +264,51 @@ class _Evidence:
         """(goal, subject) of each episode: what names the problem (``_problem``)."""
         index, goal, subject = self.index, self.goal, self.subject_id
         return [(goal[index[e]] or "", subject[index[e]] or "") for e in ids]
+
+
+def _groups(
+    table: Any, units: pl.DataFrame, settings: Settings, namespace: str
+) -> tuple[dict[str, list[EpisodeGroup]], dict[str, list[str]]]:
+    """Each unit's episodes (``table`` in id order) grouped by (actions, outcome, conditions
+    text), in polars: the per-episode work is a group-by, not a Python loop. Each distinct
+    action list is patterned once and each distinct conditions text parsed once (one shared
+    object: ``counterexamples._weighted`` tells objects apart by identity)."""
+    frame = pl.from_arrow(
+        table.select(["episode_id", "subject_id", "session_id", "actions", "outcome",
+                      "conditions"])
+    )  # fmt: skip
+    assert isinstance(frame, pl.DataFrame)
+    outcome = pl.col("outcome")
+    joined = frame.join(units, on="episode_id", how="inner", maintain_order="left")
+    clusters = {
+        unit: sorted(cids)
+        for unit, cids in joined.group_by("unit").agg(pl.col("cluster_id").unique()).iter_rows()
+    }
+    rows = (
+        joined.with_columns(
+            pl.when(outcome.is_null() | (outcome == ""))
+            .then(pl.lit("unknown"))
+            .otherwise(outcome)
+            .alias("outcome")
+        )
+        .group_by(["unit", "actions", "outcome", "conditions"], maintain_order=True)
+        .agg("episode_id", "subject_id", "session_id")
+        .sort("unit", maintain_order=True)
+    )
+    patterns: dict[tuple[str, ...], tuple[str, ...]] = {}
+    parsed: dict[str | None, dict[str, str]] = {}
+    out: dict[str, list[EpisodeGroup]] = {}
+    for unit, acts, result, cond, ids, subjects, sessions in rows.iter_rows():
+        key = tuple(acts or ())
+        pattern = patterns.get(key)
+        if pattern is None:
+            pattern = patterns[key] = pattern_of(key, settings.steps, namespace)
+        found = parsed.get(cond)
+        if found is None:
+            found = parsed[cond] = condition_values(cond or None)
+        group = EpisodeGroup(pattern, result, found, bool(key), ids, subjects, sessions)
+        out.setdefault(unit, []).append(group)
+    return out, clusters
 
 
 def _slug(text: str, words: int = 8) -> str:
@@ -489,28 +534,6 @@ def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Cand
     )
 
 
-def _mining_units(info: Any, by_cluster: dict[str, list[dict[str, Any]]]) -> dict[str, list[str]]:
-    """Cluster ids mined together, by unit key: the clusters sharing a non-empty error code,
-    else each alone.
-
-    The error code is a hard key of the problem (clustering never puts two codes in one
-    cluster), so clusters that share one are the same problem split by how users worded it.
-    Evidence about a step pattern under one error code is judged as a whole: the same steps
-    failing on the same code are a counterexample whatever words came with them, and a
-    condition that separates successes from failures in one wording's small cluster only by
-    coincidence (``os=ubuntu``) does not survive the others. Clusters without a code stay
-    their own unit: there the cluster is all that says two episodes share a problem.
-    """
-    codes = dict(
-        zip(info.column("cluster_id").to_pylist(), info.column("error_code").to_pylist(),
-            strict=True)
-    )  # fmt: skip
-    units: dict[str, list[str]] = {}
-    for cid in sorted(by_cluster):
-        units.setdefault(unit_key(cid, codes.get(cid) or ""), []).append(cid)
-    return {key: units[key] for key in sorted(units)}
-
-
 def _home_cluster(finding: PatternFinding, cluster_of: dict[str, str], cids: list[str]) -> str:
     """The cluster a finding of a mining unit belongs to: the one holding most of its
     successes (ties: the smaller id), so its candidate id stays keyed by one cluster."""
@@ -544,7 +567,6 @@ def _mine_clusters(
     settings: Settings,
     partition: Partition,
     evidence: _Evidence,
-    info: Any,
     members: Any,
 ) -> dict[str, _UnitOut]:
     """Candidates of every mining unit with episodes in ``evidence``, by unit key (twins of
@@ -556,20 +578,13 @@ def _mine_clusters(
             strict=True,
         )
     )
-    by_cluster: dict[str, list[MiningEpisode]] = {}
-    for ep in evidence.episodes:
-        cid = cluster_of.get(ep.episode_id)
-        if cid is not None and ep.has_actions:
-            by_cluster.setdefault(cid, []).append(ep)
     version = settings.policy.version
     signatures: dict[tuple[str, ...], list[str]] = {}  # support runs repeat action lists
     out: dict[str, _UnitOut] = {}
-    for key, cids in _mining_units(info, by_cluster).items():
+    for key, groups in evidence.groups.items():
         unit = out.setdefault(key, _UnitOut())
-        rows = by_cluster[cids[0]]  # in id order, as evidence is
-        if len(cids) > 1:
-            rows = sorted((ep for cid in cids for ep in by_cluster[cid]), key=_EPISODE_ID)
-        for finding in mine_episodes(rows, settings.policy):
+        cids = evidence.clusters[key]
+        for finding in mine_groups(groups, settings.policy):
             cid = _home_cluster(finding, cluster_of, cids)
             support = evidence.actions_of(finding.support_ids or finding.success_ids)
             abstract = abstract_steps(support, settings.steps, partition.namespace)
@@ -693,8 +708,8 @@ def mine_partition(
     # only the units to mine are read: a kept unit's episodes (claims or not) are not re-mined
     ids = plan.episode_ids(touched)
     remined = table.filter(pc.is_in(table.column("episode_id"), value_set=ids))
-    evidence = _Evidence.of(remined, settings, partition.namespace)
-    units = _mine_clusters(settings, partition, evidence, info, members)
+    evidence = _Evidence.of(remined, plan.episodes, settings, partition.namespace)
+    units = _mine_clusters(settings, partition, evidence, members)
     _keep_twins(stores, units)
     result.clusters = plan.clusters
     result.units_mined, result.units_kept = len(units), len(kept)

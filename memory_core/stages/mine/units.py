@@ -1,15 +1,23 @@
 """Mining units of a partition and the fingerprints that let a night skip unchanged ones.
 
-A *unit* is what mining judges as a whole (``stage._mining_units``): the clusters sharing a
-non-empty error code, else one cluster alone. Its candidates depend only on its input: the
-(cluster, episode, content hash) of its episodes with actions, the policy and step
-configuration, and the namespace. So a unit whose fingerprint of those is the one stored when
-it was last mined (``stores/mine_units.py``) would produce exactly what it produced then: the
-night carries that forward (its candidate ids stay current, nothing is re-read or
-re-written) and mines only the units that changed. A new episode, a forgotten or folded one
-(no longer active), a recluster (other cluster ids) or a policy change all change the
-fingerprint. The fingerprints are computed in polars over the partition's ids, so a night
-with 1% new episodes materialises only the episodes of the units those touched.
+A *unit* is what mining judges as a whole: the clusters sharing a non-empty error code, else
+one cluster alone. The error code is a hard key of the problem (clustering never puts two codes
+in one cluster), so clusters that share one are the same problem split by how users worded it.
+Evidence about a step pattern under one error code is judged as a whole: the same steps failing
+on the same code are a counterexample whatever words came with them, and a condition that
+separates successes from failures in one wording's small cluster only by coincidence
+(``os=ubuntu``) does not survive the others. Clusters without a code stay their own unit: there
+the cluster is all that says two episodes share a problem.
+
+A unit's candidates depend only on its input: the (cluster, episode, content hash) of its
+episodes with actions, the policy and step configuration, and the namespace. So a unit whose
+fingerprint of those is the one stored when it was last mined (``stores/mine_units.py``) would
+produce exactly what it produced then: the night carries that forward (its candidate ids stay
+current, nothing is re-read or re-written) and mines only the units that changed. A new
+episode, a forgotten or folded one (no longer active), a recluster (other cluster ids) or a
+policy change all change the fingerprint. The fingerprints are computed in polars over the
+partition's ids, so a night with 1% new episodes materialises only the episodes of the units
+those touched.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ class UnitPlan:
     """Per unit its fingerprint, and which episode ids each unit holds."""
 
     fingerprints: dict[str, str]
-    episodes: pl.DataFrame  # episode_id, unit (episodes with actions in a cluster)
+    episodes: pl.DataFrame  # episode_id, cluster_id, unit (episodes with actions in a cluster)
     clusters: int  # clusters holding an episode with actions
 
     def episode_ids(self, units: set[str]) -> pa.Array:
@@ -89,6 +97,6 @@ def plan_units(
     }
     return UnitPlan(
         fingerprints=fingerprints,
-        episodes=joined.select("episode_id", "unit"),
+        episodes=joined.select("episode_id", "cluster_id", "unit"),
         clusters=joined.get_column("cluster_id").n_unique(),
     )

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_core.config import PolicyConfig
 from memory_core.stages.mine.counterexamples import (
@@ -163,3 +165,46 @@ def test_polars_frame_input_gives_the_same_findings(kit: SimpleNamespace) -> Non
     eps = kit.seed_scenario()
     frame = pl.DataFrame([{**e, "conditions": json.dumps(e["conditions"])} for e in eps])
     assert mine_cluster(frame, POLICY) == mine_cluster(eps, POLICY)
+
+
+_CONDS = [
+    {"error_code": "720", "a": "1", "os": "win"},
+    {"error_code": "720", "a": "0", "os": "win"},
+    {"error_code": "720", "a": "1", "os": "mac"},
+    {"error_code": "720", "a": "0", "os": "mac", "b": "x"},
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 2),  # pattern
+            st.sampled_from(["success", "success", "failure", "partial"]),
+            st.integers(0, len(_CONDS) - 1),
+            st.integers(0, 3),  # subject
+            st.integers(0, 5),  # session (0: none)
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_groups_decide_as_episodes_one_by_one(rows: list[tuple[int, str, int, int, int]]) -> None:
+    """Mining episodes grouped by shared conditions objects finds exactly what mining them one
+    by one (every episode its own object, so every group one episode) finds."""
+    from memory_core.stages.mine.counterexamples import MiningEpisode, mine_episodes
+
+    steps = [("reset",), ("reset", "reconnect"), ("reinstall",)]
+    shared = [dict(c) for c in _CONDS]
+
+    def episodes(private: bool) -> list[MiningEpisode]:
+        return [
+            MiningEpisode(
+                f"e{i:03d}", f"u{who}", f"s{session}" if session else None, steps[pat],
+                outcome, dict(_CONDS[cond]) if private else shared[cond],
+            )
+            for i, (pat, outcome, cond, who, session) in enumerate(rows)
+        ]  # fmt: skip
+
+    policy = PolicyConfig(min_support=2)
+    assert mine_episodes(episodes(False), policy) == mine_episodes(episodes(True), policy)
