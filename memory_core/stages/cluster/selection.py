@@ -166,50 +166,119 @@ def leader_on_gram(
     ``assign`` (up to float rounding): nearest centroid of the same key, joined within reach,
     else a new cluster; ties to the older cluster.
     """
-    n = len(features)
+    labels = gram_labels(gram, keys, reach, key_groups(keys) if groups is None else groups)
+    return labels, state_of(features, labels, keys)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One key's leader pass, with the distances it decided on: the farthest row that joined
+    its nearest earlier cluster and the nearest one that did not (it seeded its own)."""
+
+    farthest_join: float
+    nearest_seed: float
+    local: list[int]
+    firsts: list[int]
+
+    def holds(self, reach: list[float]) -> bool:
+        """Whether a pass with these reaches would decide every row alike (so give these
+        labels, exactly): every join still within reach, every seed still beyond it."""
+        return self.farthest_join <= min(reach) and self.nearest_seed > max(reach)
+
+
+def gram_labels(
+    gram: np.ndarray,
+    keys: np.ndarray,
+    reach: np.ndarray,
+    groups: list[np.ndarray],
+    memo: dict[int, list[_Pass]] | None = None,
+) -> np.ndarray:
+    """Each row's cluster (numbered by seed row, as :func:`leader.assign` numbers them) from
+    one leader pass per key group on the Gram matrix.
+
+    ``memo`` (one per feature space) keeps every key's passes: a pass depends on the reach
+    only through its join-or-seed decisions, so when another threshold decides every row of
+    the key the same way (each row's distance to its nearest earlier cluster on the same side
+    of the reach) its labels are the stored ones, exactly; selection's thresholds mostly
+    decide a key alike, and the pass is most of selection's cost."""
+    n = len(keys)
     seeds: list[tuple[int, int, int]] = []  # (seed row, group, local label)
-    passes: list[tuple[int, np.ndarray, list[int]]] = []  # (key, rows, local labels)
-    for rows in key_groups(keys) if groups is None else groups:
+    passes: list[tuple[np.ndarray, list[int]]] = []  # (rows, local labels)
+    for index, rows in enumerate(groups):
         # episodes of different keys never share a cluster: one pass per key
         if len(rows) == 1:
             local, firsts = [0], [0]
-        elif len(rows) <= _SMALL:
-            local, firsts = _small_pass(gram[rows][:, rows].tolist(), reach[rows].tolist())
         else:
-            local, firsts = _one_key_pass(gram[rows][:, rows], reach[rows])
+            local, firsts = _key_pass(gram, rows, reach[rows], memo, index)
         seeds.extend((int(rows[f]), len(passes), c) for c, f in enumerate(firsts))
-        passes.append((int(keys[rows[0]]), rows, local))
+        passes.append((rows, local))
     seeds.sort()  # clusters numbered in creation order, by their seed row, as assign does
-    count = len(seeds)
-    maps = [[0] * (max(local) + 1) for _, _, local in passes]
-    ckeys = np.zeros(count, dtype=np.int64)
+    maps = [[0] * (max(local) + 1) for _, local in passes]
     for cluster, (_seed, group, local_label) in enumerate(seeds):
         maps[group][local_label] = cluster
-        ckeys[cluster] = passes[group][0]
     labels_arr = np.zeros(n, dtype=np.int64)
-    for (_key, rows, local), mapping in zip(passes, maps, strict=True):
+    for (rows, local), mapping in zip(passes, maps, strict=True):
         labels_arr[rows] = [mapping[c] for c in local]
+    return labels_arr
+
+
+def _key_pass(
+    gram: np.ndarray,
+    rows: np.ndarray,
+    reach: np.ndarray,
+    memo: dict[int, list[_Pass]] | None,
+    index: int,
+) -> tuple[list[int], list[int]]:
+    known = memo.setdefault(index, []) if memo is not None else []
+    reach_list = reach.tolist()
+    for done in known:
+        if done.holds(reach_list):
+            return done.local, done.firsts
+    sub = gram[np.ix_(rows, rows)]
+    if len(rows) <= _SMALL:
+        local, firsts, dists = _small_pass(sub.tolist(), reach_list)
+    else:
+        local, firsts, dists = _one_key_pass(sub, reach)
+    if memo is not None:
+        seeded = set(firsts)
+        joins = [d for i, d in enumerate(dists) if i not in seeded]
+        seeds = [d for i, d in enumerate(dists) if i in seeded and not math.isnan(d)]
+        known.append(_Pass(max(joins, default=-math.inf), min(seeds, default=math.inf),
+                           local, firsts))  # fmt: skip
+    return local, firsts
+
+
+def state_of(features: np.ndarray, labels: np.ndarray, keys: np.ndarray) -> LeaderState:
+    """The leader state of a finished pass: each cluster's exact sum of its rows, its unit
+    centroid, size and key (clusters numbered as ``labels`` number them)."""
+    n = len(features)
+    count = int(labels.max()) + 1 if n else 0
     state = LeaderState(features.shape[1])
     if count:
         onehot = np.zeros((count, n), dtype=features.dtype)
-        onehot[labels_arr, np.arange(n)] = 1.0
+        onehot[labels, np.arange(n)] = 1.0
         sums = (onehot @ features).astype(np.float64)  # exact: sums of rows, as assign keeps
+        ckeys = np.zeros(count, dtype=np.int64)
+        ckeys[labels] = keys
         state._grow(count)
         state.sums[:count] = sums
         state.centroids[:count] = unit_rows(sums)
-        state.sizes[:count] = np.bincount(labels_arr, minlength=count)
+        state.sizes[:count] = np.bincount(labels, minlength=count)
         state.keys[:count] = ckeys
         state.count = count
-    return labels_arr, state
+    return state
 
 
 _SMALL = 12  # up to this many rows of one key, plain Python beats small numpy calls
 
 
-def _small_pass(gram: list[list[float]], reach: list[float]) -> tuple[list[int], list[int]]:
+def _small_pass(
+    gram: list[list[float]], reach: list[float]
+) -> tuple[list[int], list[int], list[float]]:
     """:func:`_one_key_pass` on Python lists, for a few rows (same arithmetic, same ties)."""
     labels: list[int] = []
     firsts: list[int] = []
+    decided: list[float] = []
     dots: list[list[float]] = []  # [c][i]: row i . sum of cluster c
     inv: list[float] = []
     sq: list[float] = []
@@ -219,6 +288,7 @@ def _small_pass(gram: list[list[float]], reach: list[float]) -> tuple[list[int],
             sim = dots[c][i] * inv[c]
             if sim > best:
                 best, j = sim, c
+        decided.append(1.0 - best if j >= 0 else math.nan)
         if j >= 0 and 1.0 - best <= reach[i]:
             labels.append(j)
             sq[j] += 2.0 * dots[j][i] + row[i]
@@ -230,12 +300,13 @@ def _small_pass(gram: list[list[float]], reach: list[float]) -> tuple[list[int],
         dots.append(list(row))
         sq.append(row[i])
         inv.append(1.0 / max(math.sqrt(max(row[i], 0.0)), 1e-12))
-    return labels, firsts
+    return labels, firsts, decided
 
 
-def _one_key_pass(gram: np.ndarray, reach: np.ndarray) -> tuple[list[int], list[int]]:
+def _one_key_pass(gram: np.ndarray, reach: np.ndarray) -> tuple[list[int], list[int], list[float]]:
     """The sequential leader pass over rows of one key (see :func:`leader_on_gram`):
-    each row's cluster (0, 1, ... in creation order) and each cluster's first row."""
+    each row's cluster (0, 1, ... in creation order), each cluster's first row, and each
+    row's distance to its nearest earlier cluster (nan for the first row)."""
     n = len(gram)
     labels = [0] * n
     dots = np.zeros((n, n), dtype=np.float64)  # [i, c]: row i . sum of cluster c
@@ -243,13 +314,15 @@ def _one_key_pass(gram: np.ndarray, reach: np.ndarray) -> tuple[list[int], list[
     sq = [0.0] * n  # |sum of cluster c|^2
     reach_list, diag = reach.tolist(), np.diagonal(gram).tolist()
     firsts: list[int] = []
+    decided = [math.nan] * n
     count = 0
     for i in range(n):
         if count:
             row = dots[i, :count]
             sims = row * inv[:count]
             j = int(sims.argmax())
-            if 1.0 - float(sims[j]) <= reach_list[i]:
+            decided[i] = 1.0 - float(sims[j])
+            if decided[i] <= reach_list[i]:
                 labels[i] = j
                 sq[j] += 2.0 * float(row[j]) + diag[i]
                 dots[:, j] += gram[i]
@@ -261,7 +334,7 @@ def _one_key_pass(gram: np.ndarray, reach: np.ndarray) -> tuple[list[int], list[
         sq[count] = diag[i]
         inv[count] = 1.0 / max(math.sqrt(max(diag[i], 0.0)), 1e-12)
         count += 1
-    return labels, firsts
+    return labels, firsts, decided
 
 
 def choose(
@@ -288,6 +361,18 @@ def choose(
 _PERFECT = 1.0 - 1e-9  # the highest mean silhouette there is
 
 
+@dataclass
+class _Space:
+    """One (goal weight, step weight) setting of the sample: its features, Gram matrix and
+    distances, the key passes run in it and the scores of the clusterings seen in it."""
+
+    feats: np.ndarray
+    gram: np.ndarray
+    dist: np.ndarray
+    passes: dict[int, list[_Pass]] = field(default_factory=dict)
+    scored: dict[bytes, tuple[float, int]] = field(default_factory=dict)
+
+
 def _choose(
     config: ClusterConfig,
     features_for: Callable[[float, float], np.ndarray],
@@ -295,7 +380,7 @@ def _choose(
     has_code: np.ndarray,
 ) -> Choice:
     n = len(keys)
-    spaces: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+    spaces: dict[tuple[float, float], _Space] = {}
     best: tuple[float, tuple[float, float, float]] | None = None
     scores = []
     bonus = np.where(has_code, config.error_code_weight, 0.0)
@@ -308,19 +393,27 @@ def _choose(
         if (g, s) not in spaces:
             feats = features_for(g, s)
             gram = feats.astype(np.float64) @ feats.T.astype(np.float64)
-            spaces[(g, s)] = (feats, gram, np.clip(1.0 - gram - credit, 0.0, 2.0))
-        feats, gram, dist = spaces[(g, s)]
-        if n <= CHUNK:
-            labels, state = leader_on_gram(feats, gram, keys, t + bonus, groups)
-        else:  # beyond one chunk assign matches whole chunks at once: keep its exact pass
-            state = LeaderState(feats.shape[1])
-            labels, _ = assign(feats, keys, t + bonus, state)
+            spaces[(g, s)] = _Space(feats, gram, np.clip(1.0 - gram - credit, 0.0, 2.0))
+        space = spaces[(g, s)]
         reach = {int(k): t + config.error_code_weight for k in np.unique(keys)}
         for k in np.unique(keys[~has_code]):
             reach[int(k)] = t
-        labels = merge_provisional(state, 0, reach)[labels]
-        score = mean_silhouette(feats, labels, dist)
-        clusters = len(np.unique(labels))
+        if n <= CHUNK:
+            labels = gram_labels(space.gram, keys, t + bonus, groups, space.passes)
+            labels = merge_provisional(state_of(space.feats, labels, keys), 0, reach)[labels]
+        else:  # beyond one chunk assign matches whole chunks at once: keep its exact pass
+            state = LeaderState(space.feats.shape[1])
+            labels, _ = assign(space.feats, keys, t + bonus, state)
+            labels = merge_provisional(state, 0, reach)[labels]
+        # the score is an exact function of the labels in this space: thresholds that end
+        # in the same clustering are scored once
+        seen = labels.tobytes()
+        if seen not in space.scored:
+            space.scored[seen] = (
+                mean_silhouette(space.feats, labels, space.dist),
+                len(np.unique(labels)),
+            )
+        score, clusters = space.scored[seen]
         scores.append({"goal_weight": g, "steps_weight": s, "threshold": t,
                        "silhouette": round(score, 4), "clusters": clusters})  # fmt: skip
         if best is None or score > best[0] + 1e-9:

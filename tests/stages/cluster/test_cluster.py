@@ -238,6 +238,36 @@ def test_selection_leader_pass_on_the_gram_matrix_is_assigns(
     assert np.array_equal(merge_provisional(fast, 0, far), merge_provisional(state, 0, far))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 80),
+    n_keys=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+    thresholds=st.lists(st.floats(0.05, 0.9), min_size=2, max_size=8),
+)
+def test_selection_reuses_a_key_pass_only_where_it_decides_alike(
+    n: int, n_keys: int, seed: int, thresholds: list[float]
+) -> None:
+    """Across thresholds, the key passes selection keeps (one memo per feature space) give
+    exactly the labels a fresh pass gives at every threshold, in any order of thresholds and
+    for keys small (Python pass) and large (numpy pass)."""
+    from memory_core.stages.cluster.selection import gram_labels, key_groups
+
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((4, 16))
+    feats = unit_rows(
+        (centres[rng.integers(0, 4, n)] + 0.7 * rng.standard_normal((n, 16))).astype(np.float32)
+    )
+    keys = rng.integers(0, n_keys, n)
+    gram = feats.astype(np.float64) @ feats.T.astype(np.float64)
+    groups = key_groups(keys)
+    memo: dict = {}
+    for t in thresholds:
+        reach = t + 0.25 * (keys % 2)
+        fresh = gram_labels(gram, keys, reach, groups)
+        assert np.array_equal(gram_labels(gram, keys, reach, groups, memo), fresh)
+
+
 _STEP = st.sampled_from(["a", "b", "", "a\x1fb", "\x1f", "lookup(x=1)"])
 
 
