@@ -42,6 +42,15 @@ DECIDED_STATUSES = frozenset(
 )
 
 
+# The rows of the ids in ``wanted_ids``, found by the id column alone. Joining the ids to the
+# table directly read every candidate's body (~190 MB at 1M episodes, 0.25 s a query, twice
+# per partition); the row ids of one partition's candidates lie close together (they are
+# written together), so the outer scan reads only the row groups holding them (0.05 s).
+_WANTED_ROWS = (
+    "SELECT c.rowid FROM candidates c JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+)
+
+
 def upsert_candidates(
     meta: MetaStore, candidates: Iterable[Candidate], *, run_id: str, now: datetime
 ) -> dict[str, int]:
@@ -59,8 +68,8 @@ def upsert_candidates(
         )
         try:
             found = con.execute(
-                "SELECT c.candidate_id, c.status, c.content_hash, c.body->>'$.status' "
-                "FROM candidates c JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+                "SELECT candidate_id, status, content_hash, body->>'$.status' FROM candidates "
+                f"WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         finally:
             con.unregister("wanted_ids")
@@ -109,7 +118,9 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
             "subject_id": pa.array([c.subject_id for c, _ in writes], pa.string()),
             "namespace": [c.namespace for c, _ in writes],
             "status": [c.status.value for c, _ in writes],
-            "body": [json.dumps(c.model_dump(mode="json"), sort_keys=True) for c, _ in writes],
+            # pydantic's own serialiser: the same JSON value as json.dumps of model_dump,
+            # ~3x faster (bodies carry every evidence pin: ~12 KB each at 1M episodes)
+            "body": [c.model_dump_json() for c, _ in writes],
             "content_hash": [h for _, h in writes],
             "confidence": pa.array([c.confidence for c, _ in writes], pa.float64()),
             "importance": pa.array([c.importance for c, _ in writes], pa.float64()),
@@ -286,8 +297,7 @@ def _bodies(con: Any, ids: list[str]) -> list[tuple[str, str]]:
     con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
     try:
         return con.execute(
-            "SELECT c.candidate_id, c.body FROM candidates c "
-            "JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+            f"SELECT candidate_id, body FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
         ).fetchall()
     finally:
         con.unregister("wanted_ids")
