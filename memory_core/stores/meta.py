@@ -21,11 +21,20 @@ import duckdb
 from memory_core.errors import MetaLocked, SchemaTooNew, StoreError
 from memory_core.stores.migrations import MIGRATIONS
 
-__all__ = ["MetaStore", "latest_schema_version"]
+__all__ = ["SESSION_CHECKPOINT", "MetaStore", "latest_schema_version"]
 
 logger = logging.getLogger(__name__)
 
 _HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>\S+) \(PID (?P<pid>\d+)\)")
+
+
+# WAL size at which DuckDB checkpoints inside a session (its default is 16 MiB). At 1M
+# episodes (1M cluster members, 1.2M evidence rows, 15k candidate bodies of ~12 KB) the
+# nightly's partitions crossed the default every few partitions, and the commits that
+# checkpointed grew with the tables (18.7 of 172 s wall in a 1M profile); with this, one
+# process's 1M consolidation fell 107.7 -> 91.1 CPU s (BENCHMARKS.md). The session's close
+# still checkpoints, and a commit is in the WAL when it returns: nothing is less durable.
+SESSION_CHECKPOINT = "1GB"
 
 
 def latest_schema_version() -> int:
@@ -73,6 +82,7 @@ class MetaStore:
             if self._session is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._session = self._open()
+                self._session.execute(f"SET checkpoint_threshold = '{SESSION_CHECKPOINT}'")
             self._depth += 1
         try:
             yield
