@@ -22,6 +22,7 @@ from memory_core.stores.status_writes import MetaStatuses, write_status
 __all__ = [
     "DECIDED_STATUSES",
     "count_by_status",
+    "existing_ids",
     "get_candidates",
     "list_candidates",
     "merge_candidate_stats",
@@ -142,13 +143,27 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
         updated_at = excluded.updated_at"""
     )
+    # evidence: only the difference is written. A night that adds one episode to a candidate
+    # citing hundreds appends one row instead of deleting and re-inserting them all (each
+    # through the primary key and the episode index).
     con.execute(
-        "DELETE FROM candidate_evidence WHERE candidate_id IN "
-        "(SELECT candidate_id FROM incoming_candidates)"
+        f"""DELETE FROM candidate_evidence WHERE rowid IN (
+        SELECT e.rowid FROM candidate_evidence e
+        SEMI JOIN incoming_candidates c ON c.candidate_id = e.candidate_id
+        ANTI JOIN incoming_evidence i ON {_SAME_EVIDENCE})"""
     )
-    con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
+    con.execute(
+        f"""INSERT INTO candidate_evidence SELECT i.* FROM incoming_evidence i
+        ANTI JOIN candidate_evidence e ON {_SAME_EVIDENCE}"""
+    )
     con.unregister("incoming_candidates")
     con.unregister("incoming_evidence")
+
+
+_SAME_EVIDENCE = (
+    "i.candidate_id = e.candidate_id AND i.episode_id = e.episode_id AND i.role = e.role "
+    "AND i.subject_id IS NOT DISTINCT FROM e.subject_id"
+)
 
 
 def _evidence_table(candidates: list[Candidate]) -> pa.Table:
@@ -218,6 +233,22 @@ def pending_keys(
             [CandidateStatus.pending_score.value, tenant_id, namespace],
         ).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
+
+
+def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:
+    """Which of ``ids`` are stored (no body read)."""
+    if not ids:
+        return set()
+    with meta.connect() as con:
+        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
+        try:
+            rows = con.execute(
+                "SELECT c.candidate_id FROM candidates c "
+                "SEMI JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+            ).fetchall()
+        finally:
+            con.unregister("wanted_ids")
+    return {r[0] for r in rows}
 
 
 def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:

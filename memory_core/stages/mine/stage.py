@@ -71,7 +71,12 @@ from memory_core.step_abstract import (
 from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
-from memory_core.stores.candidates import get_candidates, pending_keys, upsert_candidates
+from memory_core.stores.candidates import (
+    existing_ids,
+    get_candidates,
+    pending_keys,
+    upsert_candidates,
+)
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.mine_units import load_units, save_units
 
@@ -619,7 +624,7 @@ def _keep_twins(stores: Stores, units: dict[str, _UnitOut]) -> None:
     stored before; one that never passed is not written at all."""
     twins = [t for unit in units.values() for t in unit.twins]
     failing = [t.candidate_id for t in twins if t.status != CandidateStatus.pending_score]
-    existing = {c.candidate_id for c in get_candidates(stores.meta, failing)}
+    existing = existing_ids(stores.meta, failing)
     for unit in units.values():
         unit.twins = [
             t

@@ -1,0 +1,78 @@
+"""Candidate evidence is written as a difference: after any sequence of upserts a candidate's
+evidence rows are exactly those its last version lists (support first, a counterexample only
+if not support, the subject from its pins), as a fresh store would hold them."""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_core.config import load_settings
+from memory_core.models import (
+    Authority,
+    Candidate,
+    CandidateKind,
+    CandidateStatus,
+    ClaimSpec,
+    Provenance,
+)
+from memory_core.stores import open_stores
+from memory_core.stores.candidates import upsert_candidates
+
+NOW = datetime(2026, 7, 1, tzinfo=UTC)
+EPISODES = [f"e{i}" for i in range(8)]
+
+# one version of one candidate: each episode's role in it, None = not cited
+version = st.lists(
+    st.sampled_from([None, "support", "counterexample"]),
+    min_size=len(EPISODES),
+    max_size=len(EPISODES),
+)
+
+
+def _candidate(cid: str, cited: list[str | None]) -> Candidate:
+    """A candidate citing ``EPISODES`` in these roles; an episode's subject is its own (the
+    candidate's content hash leaves pins out: a pin's subject changes only with the episode)."""
+    support = [e for e, role in zip(EPISODES, cited, strict=True) if role == "support"]
+    counter = [e for e, role in zip(EPISODES, cited, strict=True) if role == "counterexample"]
+    pins = [
+        Provenance(source_id=e, subject_id=f"u{i % 3}")
+        for i, (e, role) in enumerate(zip(EPISODES, cited, strict=True))
+        if role
+    ]
+    return Candidate(
+        candidate_id=cid, kind=CandidateKind.semantic, tenant_id="acme", subject_id=None,
+        namespace="it", claim=ClaimSpec(predicate="p", object="o"), support_ids=support,
+        counterexample_ids=counter, confidence=0.5, status=CandidateStatus.pending_score,
+        authority=Authority.none, text=f"{len(support)} of {len(support) + len(counter)}",
+        provenance=pins,
+    )  # fmt: skip
+
+
+def _evidence(home: Path) -> list[tuple[str, ...]]:
+    meta = open_stores(load_settings(home=home, embed={"model": "hash"})).meta
+    with meta.connect() as con:
+        return con.execute(
+            "SELECT * FROM candidate_evidence ORDER BY candidate_id, episode_id"
+        ).fetchall()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=st.lists(st.tuples(version, version), min_size=1, max_size=4))
+def test_evidence_after_any_sequence_of_upserts_is_the_last_versions(
+    history: list[tuple[list[str | None], list[str | None]]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        homes = Path(tmp) / "incremental", Path(tmp) / "fresh"
+        meta = open_stores(load_settings(home=homes[0], embed={"model": "hash"})).meta
+        for night, (one, two) in enumerate(history):
+            cands = [_candidate("c1", one), _candidate("c2", two)]
+            upsert_candidates(meta, cands, run_id=f"r{night}", now=NOW)
+        fresh = open_stores(load_settings(home=homes[1], embed={"model": "hash"})).meta
+        last = [_candidate("c1", history[-1][0]), _candidate("c2", history[-1][1])]
+        upsert_candidates(fresh, last, run_id="r", now=NOW)
+        assert _evidence(homes[0]) == _evidence(homes[1])
