@@ -39,6 +39,7 @@ class LanceStore:
         except Exception as exc:  # lancedb raises several types for an unreachable store
             raise MemoryUnavailable(uri, str(exc)) from exc
         self._tables: dict[str, Any] = {}
+        self._dims: dict[str, int] = {}
 
     def table_names(self) -> list[str]:
         try:
@@ -84,8 +85,16 @@ class LanceStore:
         return self._tables[name]
 
     def vector_dim(self, name: str) -> int | None:
-        field = self.table(name).schema.field("vector")
-        return getattr(field.type, "list_size", None)
+        """The width of the table's vector column, read once per store: no code path alters
+        it after ``ensure_tables`` created the table, and reading a schema checks out the
+        latest version (~18 ms at 1M episodes, twice per partition a night)."""
+        if name not in self._dims:
+            field = self.table(name).schema.field("vector")
+            dim = getattr(field.type, "list_size", None)
+            if dim is None:
+                return None
+            self._dims[name] = dim
+        return self._dims[name]
 
     def count(self, name: str, where: str | None = None) -> int:
         return int(self.table(name).count_rows(where))
