@@ -18,6 +18,7 @@ from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stores import Stores, open_stores
+from tests.kit.duckdb_instances import kept_for_this_test
 from tests.kit.schedule import assign_groups
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
@@ -35,6 +36,16 @@ hypothesis_settings.load_profile("memctl")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Units of work for the xdist workers: tests/kit/schedule.py."""
     assign_groups(items)
+
+
+@pytest.fixture(autouse=True)
+def duckdb_instances(request: pytest.FixtureRequest) -> Iterator[None]:
+    """DuckDB instances kept alive while a test runs (tests/kit/duckdb_instances.py); a
+    module that starts processes by itself sets ``KEEP_DUCKDB_INSTANCES = False``, a test
+    that reads DuckDB files at rest (their bytes, a copy) is marked ``duckdb_at_rest``."""
+    keep = getattr(request.module, "KEEP_DUCKDB_INSTANCES", True)
+    with kept_for_this_test(keep and not request.node.get_closest_marker("duckdb_at_rest")):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -26,6 +26,10 @@ from memory_core.stores import open_stores
 from memory_core.stores.maintenance import index_health
 from tests.flows.snapshots import diff, snapshot
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# the Dask worker processes open the home
+KEEP_DUCKDB_INSTANCES = False
+
 distributed = pytest.importorskip("distributed")
 
 pytestmark = pytest.mark.slow

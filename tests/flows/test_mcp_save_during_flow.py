@@ -20,6 +20,10 @@ from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
 from tests.kit.mcp import result_json, stdio_session
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# the MCP server process opens the home while the test reads it
+KEEP_DUCKDB_INSTANCES = False
+
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 TENANT = "acme"
 

@@ -30,6 +30,10 @@ import pytest
 from tests.kit import forkserver
 from tests.kit.prefect import LocalPrefect, _free_port, _healthy
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# `memctl serve` and `review wait` open the home
+KEEP_DUCKDB_INSTANCES = False
+
 SUBJECT = "quentin.privacy"
 SAID = "Please send my payslips to the Basel office from now on."
 REASON = f"approved, the user wrote: {SAID}"

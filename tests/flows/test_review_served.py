@@ -51,6 +51,10 @@ from memory_core.stores.review import get_batch, set_flow_run
 from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# `memctl serve`'s runs open the home while the test polls it
+KEEP_DUCKDB_INSTANCES = False
+
 pytestmark = pytest.mark.slow
 # its two tests (~2 min each, no module fixture) on both xdist workers: tests/kit/schedule.py
 XDIST_SPLIT = 2

@@ -31,6 +31,10 @@ from tests.conftest import episode, lines_of
 from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# `memctl serve`'s runs open the home while the test polls it
+KEEP_DUCKDB_INSTANCES = False
+
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 8, 1, tzinfo=UTC)
 

@@ -382,6 +382,9 @@ def run(
 
     ``preload_prefect``: the command imports Prefect anyway and ``env`` sets what memctl would
     set before importing it (``PREFECT_ENV_SET_BY_MEMCTL``): fork from a server that has."""
+    from tests.kit import duckdb_instances
+
+    duckdb_instances.release()  # the child may open a DuckDB file this process kept open
     argv = [os.fspath(a) for a in args]
     parsed = _parse(argv) if enabled() else None
     real = {

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memory_core.demo.generate import generate_demo
 from memory_core.eval.harness import EvalHome
+from tests.kit import duckdb_instances
 
 DEMO_TENANT = "acme-it"
 
@@ -54,6 +55,7 @@ def mcp_args(home: Path, *extra: str) -> list[str]:
 
 @asynccontextmanager
 async def stdio_session(home: Path, *extra: str) -> AsyncIterator[ClientSession]:
+    duckdb_instances.suspend()  # the server process opens the home's files itself
     params = StdioServerParameters(
         command=sys.executable, args=mcp_args(home, *extra), env=server_env()
     )
@@ -87,6 +89,7 @@ def free_port() -> int:
 
 def start_http_server(home: Path, config: Path, port: int) -> subprocess.Popen[bytes]:
     """``memctl mcp --http 127.0.0.1:PORT`` as a subprocess, returned once it accepts."""
+    duckdb_instances.suspend()  # the server process opens the home's files itself
     env = {**server_env(), "MEMCTL_CONFIG": str(config)}
     proc = subprocess.Popen(
         [sys.executable, *mcp_args(home, "--http", f"127.0.0.1:{port}")],

@@ -32,6 +32,10 @@ from tests.kit.mcp import (
     stop,
 )
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# the MCP server process opens the home while the test reads it
+KEEP_DUCKDB_INSTANCES = False
+
 TOKENS = {
     "acme": "tok-acme-" + "a" * 20,  # tenant acme, any subject
     "globex": "tok-globex-" + "b" * 20,  # tenant globex, bound to subject bob

@@ -25,6 +25,10 @@ from tests.kit.mcp import (
     stdio_session,
 )
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# the MCP server process opens the home while the test reads it
+KEEP_DUCKDB_INSTANCES = False
+
 TOOLS = {
     "memory_recall",
     "memory_save",

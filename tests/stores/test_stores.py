@@ -17,6 +17,10 @@ from memory_core.stores.audit import record_audit
 from memory_core.stores.meta import MetaStore, latest_schema_version
 from memory_core.stores.schemas import FILTER_COLUMNS, TABLES
 
+# no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
+# tests of locking between processes
+KEEP_DUCKDB_INSTANCES = False
+
 
 def test_older_file_is_migrated_and_keeps_its_rows(settings):
     meta = MetaStore(settings.meta_path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -62,6 +63,7 @@ def _bytes_naming(home: Path, *needles: str) -> list[str]:
     ]
 
 
+@pytest.mark.duckdb_at_rest  # reads meta.duckdb's bytes
 def test_no_freed_duckdb_page_keeps_the_subject(stores, settings, ingest):
     ingest([*_statements(), *lines_of(episode(episode_id="other", subject_id="olga.other"))])
     _consolidate(stores, settings)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memory_core.config import Settings
 from memory_core.models import CandidateKind, ProcedureSpec
 from memory_core.stores import Stores
@@ -26,6 +28,7 @@ def load_bench() -> Any:
     return module
 
 
+@pytest.mark.duckdb_at_rest  # the bench copies meta.duckdb (bench/llm_cost.py)
 def test_bench_counts_ours_and_baseline(
     stores: Stores, settings: Settings, ingest: Callable[..., Any]
 ) -> None:
