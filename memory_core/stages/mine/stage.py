@@ -671,8 +671,7 @@ def _stale(
     scoring and review as if it were current. Decided ones are never touched.
     """
     stale = []
-    keys = pending_keys(stores.meta, partition.tenant_id, partition.namespace)
-    gone = [k for k in keys if k[0] not in produced]
+    gone = pending_keys(stores.meta, partition.tenant_id, partition.namespace, produced=produced)
     bodies = {c.candidate_id: c for c in get_candidates(stores.meta, [k[0] for k in gone])}
     for cid, policy_version, cluster_id in gone:
         cand = bodies[cid]
