@@ -92,10 +92,20 @@ def test_fingerprints_do_not_depend_on_row_order(mem, kit) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(nights=st.lists(st.integers(0, 3), min_size=17, max_size=17))
-def test_incremental_nights_store_what_a_full_remine_stores(kit, nights: list[int]) -> None:
-    """Episodes arrive over up to four nights in any split; after every night the stored
-    candidates, evidence and clusters are exactly what mining every unit again gives."""
+@given(
+    nights=st.lists(st.integers(0, 3), min_size=17, max_size=17),
+    revoked=st.none() | st.tuples(st.integers(0, 13), st.integers(1, 3)),
+)
+def test_incremental_nights_store_what_a_full_remine_stores(
+    kit, nights: list[int], revoked: tuple[int, int] | None
+) -> None:
+    """Episodes arrive over up to four nights in any split (a unit mined one night gets only
+    its new episodes the next: its groups grow), one episode of a unit may be revoked before
+    a later night (the unit's input shrinks); after every night the stored candidates,
+    evidence and clusters are exactly what mining every unit again gives."""
+    from memory_core.context import RunContext
+    from memory_core.stages.forget.revoke import revoke_source
+
     episodes = [*kit.seed_scenario(), *_second_problem(kit)]
     episodes += [kit.statement("s1", "ana", "theme", "dark", minutes=1),
                  kit.statement("s2", "ana", "theme", "dark", minutes=2),
@@ -108,6 +118,11 @@ def test_incremental_nights_store_what_a_full_remine_stores(kit, nights: list[in
             now = kit.NOW + timedelta(days=night)
             if batch:
                 mem.ingest(batch, now=now)
+            if revoked is not None and revoked[1] == night:
+                victim = episodes[revoked[0]]["episode_id"]  # an episode with actions
+                if nights[revoked[0]] < night:  # stored by an earlier night
+                    ctx = RunContext(now=now)
+                    revoke_source(mem.stores, mem.settings, ctx, victim, reason="test")
             mem.consolidate(now=now)
             before = mem.snapshot()
             upserted = _remined_from_scratch(mem, now)
