@@ -224,23 +224,29 @@ def pending_keys(
     meta: MetaStore, tenant_id: str, namespace: str, *, produced: Iterable[str] = ()
 ) -> list[tuple[str, str | None, str | None]]:
     """(candidate id, policy version, cluster id) of a partition's ``pending_score`` candidates
-    not in ``produced``, by id: what deciding staleness needs. The produced ones are left out
-    by an anti-join before any body is read (a body holds every evidence pin: reading the two
-    fields of every pending body cost more than the rest of deciding staleness)."""
-    skip = pa.table({"candidate_id": pa.array(sorted(set(produced)), pa.string())})
+    not in ``produced``, by id: what deciding staleness needs. The ids come first, without the
+    bodies; only the bodies of the ones not produced (usually none) are read, by row id (a
+    body holds every evidence pin: reading the two fields of every pending body cost more than
+    the rest of deciding staleness)."""
+    done = set(produced)
     with meta.connect() as con:
-        con.register("produced_ids", skip)
+        rows = con.execute(
+            "SELECT candidate_id FROM candidates "
+            "WHERE status = ? AND tenant_id = ? AND namespace = ?",
+            [CandidateStatus.pending_score.value, tenant_id, namespace],
+        ).fetchall()
+        gone = sorted(r[0] for r in rows if r[0] not in done)
+        if not gone:
+            return []
+        con.register("wanted_ids", pa.table({"candidate_id": pa.array(gone, pa.string())}))
         try:
-            rows = con.execute(
-                "SELECT c.candidate_id, c.body->>'$.policy_version', c.body->>'$.cluster_id' "
-                "FROM candidates c ANTI JOIN produced_ids p ON c.candidate_id = p.candidate_id "
-                "WHERE c.status = ? AND c.tenant_id = ? AND c.namespace = ? "
-                "ORDER BY c.candidate_id",
-                [CandidateStatus.pending_score.value, tenant_id, namespace],
+            found = con.execute(
+                "SELECT candidate_id, body->>'$.policy_version', body->>'$.cluster_id' "
+                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS}) ORDER BY candidate_id"
             ).fetchall()
         finally:
-            con.unregister("produced_ids")
-    return [(r[0], r[1], r[2]) for r in rows]
+            con.unregister("wanted_ids")
+    return [(r[0], r[1], r[2]) for r in found]
 
 
 def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:
