@@ -68,3 +68,27 @@ def test_prefect_is_preloaded_only_for_an_environment_memctl_would_not_change() 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     with pytest.raises(ValueError, match="PREFECT_HOME"):
         forkserver.run([sys.executable, "-c", "pass"], env=env, preload_prefect=True)
+
+
+def test_a_launched_command_is_forked_and_gives_what_the_real_one_gives(tmp_path: Path) -> None:
+    env = {**os.environ, "KIT_PROBE": "seen"}
+    args = [sys.executable, "-c", CODE, "3", "x y"]
+    real = subprocess.run(args, env=env, cwd=tmp_path, input="stdin text", capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    launched = forkserver.launcher(args, env=env, cwd=tmp_path)
+    assert launched[:3] == [sys.executable, "-S", "-c"]  # the launcher, not the command
+    forked = subprocess.run(launched, input="stdin text", capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        real.returncode, real.stdout, real.stderr,
+    )  # fmt: skip
+    parent = [sys.executable, "-c", "import os; print(os.getppid())"]
+    ppid = subprocess.run(forkserver.launcher(parent), capture_output=True, text=True, timeout=120)
+    assert int(ppid.stdout) != os.getpid()  # a child of the server, not of the launcher's caller
+    sleeper = subprocess.Popen(
+        forkserver.launcher([sys.executable, "-c", "import time; print(1, flush=True); time.sleep(60)"]),
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert sleeper.stdout is not None and sleeper.stdout.readline() == b"1\n"
+    sleeper.terminate()  # forwarded: the command dies of it, and the launcher as it did
+    assert sleeper.wait(timeout=30) == -15

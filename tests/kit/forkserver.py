@@ -236,6 +236,46 @@ while True:
 """
 
 
+# For code that starts the process itself (the MCP SDK's stdio client): a bare Python (``-S``,
+# standard library only, ~20 ms) that has a server fork the real command with the launcher's
+# own stdin, stdout and stderr, forwards SIGTERM/SIGINT/SIGHUP to it and exits as it exits.
+# Run as `python -S -c LAUNCHER <socket path> <request> <argv...>`; if the server is gone or
+# refuses, it execs the real command line instead.
+LAUNCHER = r"""
+import json, os, signal, socket, sys
+path, request, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    socket.send_fds(conn, [request.encode() + b"\n"], [0, 1, 2])
+    replies = conn.makefile("rb")
+    reply = json.loads(replies.readline())
+except (OSError, ValueError):
+    reply = {"refused": "no server"}
+if "refused" in reply:
+    os.execv(argv[0], argv)
+pid = reply["pid"]
+os.close(0)
+os.close(1)  # the command's stdout ends when the command's ends
+
+
+def forward(signum, frame):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, forward)
+status = json.loads(replies.readline())["status"]
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.WEXITSTATUS(status))
+"""
+
+
 class Refused(Exception):
     """The server would not fork (another thread appeared): run a real subprocess."""
 
@@ -448,4 +488,32 @@ def run(
     return result
 
 
-__all__ = ["PREFECT_PRELOAD", "PRELOAD", "enabled", "run", "stop_all"]
+def launcher(
+    args: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    preload_prefect: bool = False,
+) -> list[str]:
+    """A command line that runs ``args`` forked from a preloaded server, for code that starts
+    the process itself: the launcher's stdio, signals and exit status are the command's. The
+    command's environment and working directory are these (the launcher's own are unused);
+    ``args`` itself when the server is off or the command line is not one it forks."""
+    from tests.kit import duckdb_instances
+
+    duckdb_instances.release()  # the command may open a DuckDB file this process kept open
+    argv = [os.fspath(a) for a in args]
+    parsed = _parse(argv) if enabled() else None
+    if parsed is None:
+        return argv
+    child_env = dict(os.environ if env is None else env)
+    kind, what, rest = parsed
+    request = {
+        "kind": kind, "what": what, "args": rest, "env": child_env,
+        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+    }  # fmt: skip
+    server = _server(child_env, preload_prefect)
+    return [sys.executable, "-S", "-c", LAUNCHER, server.path, json.dumps(request), *argv]
+
+
+__all__ = ["PREFECT_PRELOAD", "PRELOAD", "enabled", "launcher", "run", "stop_all"]

@@ -1,7 +1,8 @@
 """Helpers for the MCP server's tests: a demo home, and the SDK's real client over stdio/HTTP.
 
 The server always runs as its own process (``python -m memory_core.cli mcp ...``), as an
-agent's MCP client would start it; the tests talk to it with ``ClientSession``.
+agent's MCP client would start it (forked from a server that imported the SDKs:
+``forkserver.launcher``); the tests talk to it with ``ClientSession``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memory_core.demo.generate import generate_demo
 from memory_core.eval.harness import EvalHome
-from tests.kit import duckdb_instances
+from tests.kit import duckdb_instances, forkserver
 
 DEMO_TENANT = "acme-it"
 
@@ -56,9 +57,9 @@ def mcp_args(home: Path, *extra: str) -> list[str]:
 @asynccontextmanager
 async def stdio_session(home: Path, *extra: str) -> AsyncIterator[ClientSession]:
     duckdb_instances.suspend()  # the server process opens the home's files itself
-    params = StdioServerParameters(
-        command=sys.executable, args=mcp_args(home, *extra), env=server_env()
-    )
+    # its own process, forked from one that imported the SDKs (tests/kit/forkserver.py)
+    command = forkserver.launcher([sys.executable, *mcp_args(home, *extra)], env=server_env())
+    params = StdioServerParameters(command=command[0], args=command[1:], env=server_env())
     with Path(os.devnull).open("w") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
@@ -91,8 +92,10 @@ def start_http_server(home: Path, config: Path, port: int) -> subprocess.Popen[b
     """``memctl mcp --http 127.0.0.1:PORT`` as a subprocess, returned once it accepts."""
     duckdb_instances.suspend()  # the server process opens the home's files itself
     env = {**server_env(), "MEMCTL_CONFIG": str(config)}
-    proc = subprocess.Popen(
-        [sys.executable, *mcp_args(home, "--http", f"127.0.0.1:{port}")],
+    proc = subprocess.Popen(  # forked from a preloaded server, as stdio_session's
+        forkserver.launcher(
+            [sys.executable, *mcp_args(home, "--http", f"127.0.0.1:{port}")], env=env
+        ),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
