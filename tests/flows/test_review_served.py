@@ -50,6 +50,7 @@ from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch, set_flow_run
 from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
+from tests.kit.schedule import LOCAL_PREFECT
 
 # no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
 # `memctl serve`'s runs open the home while the test polls it
@@ -57,6 +58,7 @@ KEEP_DUCKDB_INSTANCES = False
 
 pytestmark = pytest.mark.slow
 # its two tests (~2 min each, no module fixture) on both xdist workers: tests/kit/schedule.py
+# (the second in the LOCAL_PREFECT unit)
 XDIST_SPLIT = 2
 
 T = TypeVar("T")
@@ -342,6 +344,7 @@ def _stranded(api: Api, state: str) -> str:
     return run["id"]
 
 
+@pytest.mark.xdist_group(LOCAL_PREFECT)  # with the schedule test: one local server started
 def test_against_a_user_server_no_batch_is_stranded_and_answers_never_fail_the_run(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -30,6 +30,7 @@ from memory_core.stores import open_stores
 from tests.conftest import episode, lines_of
 from tests.kit import forkserver
 from tests.kit.prefect import local_prefect
+from tests.kit.schedule import LOCAL_PREFECT
 
 # no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
 # `memctl serve`'s runs open the home while the test polls it
@@ -113,6 +114,7 @@ def _completed_runs(api_url: str, deployment_name: str) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(LOCAL_PREFECT)  # with review_served's: one local server started
 def test_a_served_schedule_fires_and_runs_the_flow(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -134,7 +136,9 @@ def test_a_served_schedule_fires_and_runs_the_flow(
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("memctl")), "serve", "--home", str(home),
          "--only", "deletion-requests", "--interval", "5"],
-        env=server.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # the runner looks for due runs every 2 s instead of Prefect's 10 (as review_served)
+        env=server.env(PREFECT_RUNNER_POLL_FREQUENCY="2"), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 150

@@ -8,7 +8,9 @@ because with two workers the longest file bounds the wall time:
   worker that takes one builds that file's module fixtures for itself);
 * the files listed in ``FIRST`` (the longest, measured) start first, so no long file is
   left to run alone at the end; the rest keep their collection order. An entry names a
-  file or one unit of a split file (``path#n``).
+  file or one unit of a split file (``path#n``);
+* a test may name its own unit (``@pytest.mark.xdist_group(name)``), e.g. the tests that
+  share one expensive per-process server (``LOCAL_PREFECT``); FIRST may name it too.
 
 Nothing here changes what a test does or asserts; ``-n 0`` runs everything in one process.
 """
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import pytest
 
+# A group for the tests that use kit/prefect.py's local_prefect (named by their marker).
+LOCAL_PREFECT = "local-prefect"
 # The longest units, longest first (a split file's units count apart): per-file sums of the
 # 60 longest --durations from a whole-suite run (2026-12-02, 852 tests, two workers on a
 # machine loaded by other jobs, /work/notes/dur-s23.log): the two crash_nightly halves
@@ -26,6 +30,9 @@ FIRST = (
     "tests/flows/test_crash_nightly.py#0",
     "tests/flows/test_privacy_end_to_end.py",
     "tests/flows/test_review_served.py#0",
+    # the two tests that serve against one real `prefect server start` (kit/prefect.py
+    # local_prefect, one per worker): on one worker, so the server is started once
+    LOCAL_PREFECT,
     # the second crash half after the privacy test on the other worker (xdist hands each
     # worker two units at the start): by then the first half has built the shared baseline
     # (tests/kit/once.py) and this half does not wait for it
@@ -65,8 +72,10 @@ def assign_groups(items: list[pytest.Item]) -> None:
     dealt: dict[str, int] = {}
     groups: dict[str, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue  # a test that names its own group keeps it
+        own = item.get_closest_marker("xdist_group")
+        if own is not None:  # a test that names its own group keeps it
+            groups[item.nodeid] = str(own.args[0] if own.args else own.kwargs.get("name"))
+            continue
         path = _file(item)
         split = int(getattr(item.module, "XDIST_SPLIT", 1) or 1)
         n = dealt.get(path, 0)
