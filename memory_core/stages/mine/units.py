@@ -18,6 +18,14 @@ episode, a forgotten or folded one (no longer active), a recluster (other cluste
 policy change all change the fingerprint. The fingerprints are computed in polars over the
 partition's ids, so a night with 1% new episodes materialises only the episodes of the units
 those touched.
+
+A touched unit is mined from all its current episodes, grouped (``stage._groups``,
+``counterexamples.mine_groups``): no mining statistics are stored and folded, because what its
+candidates hold (support and counterexample ids, one evidence pin per cited episode, the first
+supporting runs, the problem phrase from the goals) is the grouped id lists themselves, which
+the partition scan gives in one polars group-by. So there is no partial state to fall back
+from: a forgotten, folded or revoked episode, a recluster, a policy or step-config change or a
+``_VERSION`` bump changes the fingerprint, and the unit is mined from what is active now.
 """
 
 from __future__ import annotations
