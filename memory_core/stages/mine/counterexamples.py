@@ -72,7 +72,6 @@ __all__ = [
     "Pitfall",
     "Separation",
     "condition_values",
-    "episodes_from_columns",
     "find_separator",
     "group_episodes",
     "mine_cluster",
@@ -140,7 +139,7 @@ def _holds(conditions: Mapping[str, str], pairs: Iterable[Pair]) -> bool:
 
 def _weighted(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
     """Each conditions object once with how many rows hold it (episodes of one problem share
-    one parsed dict: ``episodes_from_columns``), so pairs are counted per distinct object."""
+    one parsed dict: ``stages/mine/stage._groups``), so pairs are counted per distinct object."""
     times: dict[int, int] = {}
     first: dict[int, Mapping[str, Any]] = {}
     for row in rows:
@@ -386,8 +385,7 @@ def format_conditions(conditions: Mapping[str, str]) -> str:
 class MiningEpisode(NamedTuple):
     """One episode as mining reads it (a named tuple: built for every row of every cluster).
 
-    ``conditions`` may be shared between episodes (``episodes_from_columns`` parses each
-    distinct conditions text once): mining only reads it.
+    ``conditions`` may be shared between episodes: mining only reads it.
     """
 
     episode_id: str
@@ -436,43 +434,6 @@ def _episodes(
     return sorted(out.values(), key=lambda e: e.episode_id)
 
 
-def episodes_from_columns(
-    ids: Sequence[str],
-    subjects: Sequence[str | None],
-    sessions: Sequence[str | None],
-    actions: Sequence[Sequence[str] | None],
-    outcomes: Sequence[str | None],
-    conditions: Sequence[str | None],
-    steps: StepsConfig,
-    namespace: str | None,
-) -> list[MiningEpisode]:
-    """Mining episodes from a partition's columns, as ``mine_cluster`` would build them.
-
-    Why not per-row dicts: a 10k partition is 10k rows, and its episodes repeat a few action
-    lists and a few conditions texts (one problem, one environment), so each distinct action
-    list is turned into its pattern once and each distinct conditions JSON is parsed once; the
-    parsed dict is shared by the episodes that carry it (mining never writes to it).
-    """
-    patterns: dict[tuple[str, ...], tuple[str, ...]] = {}
-    parsed: dict[str | None, dict[str, str]] = {}
-    out = []
-    for eid, subject, session, acts, outcome, cond in zip(
-        ids, subjects, sessions, actions, outcomes, conditions, strict=True
-    ):
-        key = tuple(acts or ())
-        pattern = patterns.get(key)
-        if pattern is None:
-            pattern = patterns[key] = pattern_of(key, steps, namespace)
-        found = parsed.get(cond)
-        if found is None:
-            found = parsed[cond] = condition_values(cond or None)
-        out.append(
-            MiningEpisode(eid, subject, session, pattern, str(outcome or "unknown"), found,
-                          bool(key))
-        )  # fmt: skip
-    return out
-
-
 class EpisodeGroup(NamedTuple):
     """Episodes of one cluster (or mining unit) that mining cannot tell apart: the same steps,
     outcome and conditions object. ``ids`` in id order, ``subjects``/``sessions`` aligned.
@@ -491,8 +452,9 @@ class EpisodeGroup(NamedTuple):
 
 
 def group_episodes(eps: Sequence[MiningEpisode]) -> list[EpisodeGroup]:
-    """``eps`` (sorted by id) as groups; episodes share a conditions object when they share
-    its text (``episodes_from_columns``), so objects are told apart by identity."""
+    """``eps`` (sorted by id) as groups; conditions objects are told apart by identity, so
+    episodes group together only when they share one (the stage's ``_groups`` shares one per
+    distinct conditions text)."""
     found: dict[tuple[Any, ...], tuple[list[str], list[str | None], list[str | None]]] = {}
     first: dict[tuple[Any, ...], MiningEpisode] = {}
     for e in eps:
