@@ -385,6 +385,19 @@ def _parse(args: Sequence[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
+def _request(
+    parsed: tuple[str, str, list[str]], env: Mapping[str, str] | None, cwd: Any
+) -> dict[str, Any]:
+    """What the server is asked to fork: the parsed command, its environment (this process's
+    when ``env`` is None) and working directory (this process's when ``cwd`` is None)."""
+    kind, what, rest = parsed
+    return {
+        "kind": kind, "what": what, "args": rest,
+        "env": dict(os.environ if env is None else env),
+        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+    }  # fmt: skip
+
+
 def _child_fd(value: Any, default: int, stack: ExitStack) -> tuple[int, Any]:
     """(a new fd for the child, the file to read back or None) for a stdio argument."""
     if value is None:
@@ -436,12 +449,8 @@ def run(
         return subprocess.run(argv, **real)
     if capture_output:
         stdout = stderr = subprocess.PIPE
-    child_env = dict(os.environ if env is None else env)
-    kind, what, rest = parsed
-    request = {
-        "kind": kind, "what": what, "args": rest, "env": child_env,
-        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-    }  # fmt: skip
+    request = _request(parsed, env, cwd)
+    child_env = request["env"]
     with ExitStack() as stack:
         if input is not None:
             stdin = stack.enter_context(tempfile.TemporaryFile())
@@ -506,12 +515,8 @@ def launcher(
     parsed = _parse(argv) if enabled() else None
     if parsed is None:
         return argv
-    child_env = dict(os.environ if env is None else env)
-    kind, what, rest = parsed
-    request = {
-        "kind": kind, "what": what, "args": rest, "env": child_env,
-        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-    }  # fmt: skip
+    request = _request(parsed, env, cwd)
+    child_env = request["env"]
     server = _server(child_env, preload_prefect)
     return [sys.executable, "-S", "-c", LAUNCHER, server.path, json.dumps(request), *argv]
 
