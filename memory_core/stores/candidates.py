@@ -30,6 +30,7 @@ __all__ = [
     "run_candidate_rows",
     "set_candidate_scores",
     "set_candidate_status",
+    "support_pin_subjects",
     "upsert_candidates",
 ]
 
@@ -190,6 +191,11 @@ def _from_rows(rows: list[tuple[Any, ...]]) -> list[Candidate]:
     return [Candidate.model_validate(json.loads(r[0])) for r in rows]
 
 
+# A body without its evidence pins: ``provenance`` holds one pin per cited episode, ~3/4 of a
+# stored body's bytes (~12 KB at 1M episodes) and most of the cost of validating it.
+_WITHOUT_PINS = """json_merge_patch(body, '{"provenance": null}')"""
+
+
 def list_candidates(
     meta: MetaStore,
     *,
@@ -198,8 +204,15 @@ def list_candidates(
     namespace: str | None = None,
     kind: str | None = None,
     run_id: str | None = None,
+    pins: bool = True,
 ) -> list[Candidate]:
-    """Candidates matching every given filter; ``run_id`` = inserted or changed by that run."""
+    """Candidates matching every given filter; ``run_id`` = inserted or changed by that run.
+
+    ``pins=False`` leaves the evidence pins out (``provenance`` comes back empty; support and
+    counterexample ids stay): for readers that only look at candidates (the score, workflow
+    text and review queue readers), never for one that commits a candidate or writes its body
+    back. Validating the pins was most of what those readers cost at scale.
+    """
     clauses, params = [], []
     for column, value in (
         ("run_id", run_id),
@@ -214,10 +227,37 @@ def list_candidates(
     where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
     with meta.connect() as con:
         rows = con.execute(
-            f"SELECT body FROM candidates {where} ORDER BY tenant_id, namespace, candidate_id",
+            f"SELECT {'body' if pins else _WITHOUT_PINS} FROM candidates {where} "
+            "ORDER BY tenant_id, namespace, candidate_id",
             params,
         ).fetchall()
     return _from_rows(rows)
+
+
+def support_pin_subjects(meta: MetaStore, ids: list[str]) -> dict[str, set[str]]:
+    """The subject ids of each candidate's pins of its supporting episodes (no null), by id,
+    read by SQL from the stored body: what a reader of candidates without pins
+    (``list_candidates(pins=False)``) needs of the pins to count distinct subjects."""
+    if not ids:
+        return {}
+    with meta.connect() as con:
+        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
+        try:
+            rows = con.execute(
+                "SELECT candidate_id, json_extract_string(body, '$.support_ids[*]'), "
+                "list_transform(json_extract(body, '$.provenance[*]'), "
+                "lambda p: [p->>'source_id', p->>'subject_id']) "
+                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+            ).fetchall()
+        finally:
+            con.unregister("wanted_ids")
+    out: dict[str, set[str]] = {}
+    for cid, support, pins in rows:
+        cited = set(support or ())
+        found = {subject for source, subject in pins or () if source in cited}
+        found.discard(None)
+        out[cid] = found
+    return out
 
 
 def pending_keys(

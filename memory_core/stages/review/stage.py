@@ -48,7 +48,7 @@ from memory_core.stages.review.decisions import (
 from memory_core.stages.staleness.settle import RECORD_KINDS, decide_record_batch
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
-from memory_core.stores.candidates import list_candidates
+from memory_core.stores.candidates import get_candidates, list_candidates
 from memory_core.stores.review import (
     BatchRow,
     BatchState,
@@ -180,10 +180,14 @@ def _commit_unfinished_auto_batches(
             WHERE b.status = 'approved' AND b.reviewer = ? ORDER BY i.batch_id, i.candidate_id""",
             [AUTO_REVIEWER],
         ).fetchall()
+    # the queue was read without evidence pins: what is committed is read whole
+    whole = {
+        c.candidate_id: c for c in get_candidates(stores.meta, [c for _, c in rows if c in by_id])
+    }
     by_batch: dict[str, list[Candidate]] = {}
     for batch_id, cid in rows:
-        if cid in by_id:
-            by_batch.setdefault(batch_id, []).append(by_id[cid])
+        if cid in whole:
+            by_batch.setdefault(batch_id, []).append(whole[cid])
     done = [
         commit_candidates(stores, settings, ctx, cands, reviewer=AUTO_REVIEWER, batch_id=batch_id)
         for batch_id, cands in sorted(by_batch.items())
@@ -204,7 +208,9 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
                     actor=ctx.actor, target=batch.batch_id, tenant_id=batch.tenant_id,
                     counts={"returned_to_queue": len(returned)},
                 )  # fmt: skip
-    pending = list_candidates(stores.meta, status=CandidateStatus.pending_review.value)
+    # The queue is read without evidence pins (most of a body: at 1M episodes ~4.5k pending
+    # bodies of ~12 KB were validated every night); what gets committed is read whole below.
+    pending = list_candidates(stores.meta, status=CandidateStatus.pending_review.value, pins=False)
     if not ctx.dry_run:
         done, committed = _commit_unfinished_auto_batches(stores, settings, ctx, pending)
         result.auto_approved.extend(r.as_dict() for r in done)
@@ -254,7 +260,7 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
         )  # fmt: skip
     crash_point("review.batched")
     by_batch: dict[str, list[Candidate]] = {}
-    cand_by_id = {c.candidate_id: c for c in auto}
+    cand_by_id = {c.candidate_id: c for c in get_candidates(stores.meta, sorted(auto_ids))}
     for item in auto_items:
         by_batch.setdefault(item.batch_id, []).append(cand_by_id[item.candidate_id])
     for batch_id, cands in sorted(by_batch.items()):

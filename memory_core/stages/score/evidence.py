@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -74,8 +75,14 @@ class Evidence:
         return self.counterexamples / total if total else 0.0
 
     @classmethod
-    def from_candidate(cls, candidate: Candidate) -> Evidence:
+    def from_candidate(
+        cls, candidate: Candidate, support_subjects: AbstractSet[str] | None = None
+    ) -> Evidence:
         """What the candidate record alone tells; mining stats fill the gaps when present.
+
+        ``support_subjects``: the subjects of the pins of supporting episodes, when the
+        candidate was read without its pins (``list_candidates(pins=False)``); taken from
+        ``candidate.provenance`` otherwise.
 
         Stats keys read (from the miners, all optional): ``support_subjects`` /
         ``distinct_subjects``, ``last_stated_at`` / ``last_seen``, ``success_rate``,
@@ -84,8 +91,11 @@ class Evidence:
         """
         stats = candidate.stats
         support = set(candidate.support_ids)
-        subjects = {p.subject_id for p in candidate.provenance if p.source_id in support}
-        subjects.discard(None)
+        if support_subjects is None:
+            subjects = {p.subject_id for p in candidate.provenance if p.source_id in support}
+            subjects.discard(None)
+        else:
+            subjects = set(support_subjects)
         n_subjects = (
             _int(stats.get("support_subjects"))
             or _int(stats.get("distinct_subjects"))
@@ -151,13 +161,27 @@ def _time(value: Any) -> datetime | None:
     return None
 
 
-def load_evidence(lance: LanceStore | None, candidates: Sequence[Candidate]) -> dict[str, Evidence]:
+def load_evidence(
+    lance: LanceStore | None,
+    candidates: Sequence[Candidate],
+    *,
+    support_subjects: Mapping[str, AbstractSet[str]] | None = None,
+) -> dict[str, Evidence]:
     """Evidence per candidate id; episodes in Lance refine what the candidate record says.
+
+    ``support_subjects`` (by candidate id) when the candidates were read without their pins:
+    see :meth:`Evidence.from_candidate`.
 
     A missing or unreachable episodes table is not an error here: scoring still works from the
     candidate record, and the read path's errors surface in the stages that own that table.
     """
-    base = {c.candidate_id: Evidence.from_candidate(c) for c in candidates}
+    subjects = support_subjects if support_subjects is not None else {}
+    base = {
+        c.candidate_id: Evidence.from_candidate(
+            c, subjects.get(c.candidate_id, set()) if support_subjects is not None else None
+        )
+        for c in candidates
+    }
     if lance is None or not candidates:
         return base
     by_tenant: dict[str, set[str]] = defaultdict(set)

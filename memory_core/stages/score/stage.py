@@ -56,7 +56,12 @@ from memory_core.stages.score.report import ScoreResult, build_ledger, score_upd
 from memory_core.stages.score.results import ScoreInput, ScoringReport, Usage
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit
-from memory_core.stores.candidates import get_candidates, list_candidates, set_candidate_scores
+from memory_core.stores.candidates import (
+    get_candidates,
+    list_candidates,
+    set_candidate_scores,
+    support_pin_subjects,
+)
 from memory_core.stores.llm import (
     OWN_STAGE_PROMPTS,
     BatchRecord,
@@ -186,12 +191,17 @@ class _ScoreRun:
         return self.runner.poll(records, wait=False)
 
     def _select(self, resumed: PollResult) -> None:
-        candidates = list_candidates(self.stores.meta, status=CandidateStatus.pending_score.value)
+        # Without the evidence pins (one per cited episode: most of a body, most of the cost
+        # of reading ~4.5k pending candidates at 1M episodes); scoring needs only their subjects.
+        candidates = list_candidates(
+            self.stores.meta, status=CandidateStatus.pending_score.value, pins=False
+        )
         # An insight twin restates its procedural candidate: it is not sent on its own (that
         # would pay twice for one finding); it takes its twin's score in _write.
         self.twins = [c for c in candidates if c.stats.get("twin_of")]
         candidates = [c for c in candidates if not c.stats.get("twin_of")]
-        evidence = load_evidence(self.stores.lance, candidates)
+        subjects = support_pin_subjects(self.stores.meta, [c.candidate_id for c in candidates])
+        evidence = load_evidence(self.stores.lance, candidates, support_subjects=subjects)
         for cand in candidates:
             self.pool[cand.candidate_id] = ScoreInput(cand, evidence[cand.candidate_id])
             self.hashes[cand.candidate_id] = cand.content_hash()
