@@ -171,7 +171,8 @@ def review_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) -> 
 
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    return build_review_batches(stores, settings, ctx).as_dict()
+    with stores.meta.session():  # one open of the DuckDB file, not one per read and write
+        return build_review_batches(stores, settings, ctx).as_dict()
 
 
 @pipeline_task("staleness")
@@ -181,7 +182,8 @@ def staleness_task(*, settings_data: dict[str, Any], run_id: str, now_iso: str) 
 
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    return run_staleness(stores, settings, ctx)
+    with stores.meta.session():  # one open of the DuckDB file, not one per read and write
+        return run_staleness(stores, settings, ctx)
 
 
 def _extract_line(extract: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "merge_candidate_stats",
     "pending_keys",
     "run_candidate_rows",
+    "score_fields",
     "set_candidate_scores",
     "set_candidate_status",
     "support_pin_subjects",
@@ -258,6 +259,26 @@ def support_pin_subjects(meta: MetaStore, ids: list[str]) -> dict[str, set[str]]
         found.discard(None)
         out[cid] = found
     return out
+
+
+def score_fields(
+    meta: MetaStore, ids: list[str]
+) -> dict[str, tuple[str, float | None, str | None]]:
+    """``{id: (status, importance, scorer)}`` of the given ids that exist, read from their
+    bodies by SQL (no body parsed): what an insight twin takes from its procedure."""
+    if not ids:
+        return {}
+    with meta.connect() as con:
+        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
+        try:
+            rows = con.execute(
+                "SELECT candidate_id, body->>'$.status', "
+                "CAST(body->>'$.importance' AS DOUBLE), body->>'$.scorer' "
+                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+            ).fetchall()
+        finally:
+            con.unregister("wanted_ids")
+    return {cid: (status, importance, scorer) for cid, status, importance, scorer in rows}
 
 
 def pending_keys(
