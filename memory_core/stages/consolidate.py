@@ -128,6 +128,8 @@ def consolidate_partition(
 
     # one DuckDB open for the ledger check, the work, the watermark and the ledger entry (an
     # open costs ~0.02 CPU s and more wall: four of them were most of a small partition's
-    # night); every step still commits on its own, in the protocol's order
-    with stores.meta.session():
+    # night), and one transaction: the steps' ~10 commits (clusters, candidates, unit state,
+    # audit rows, watermark, ledger entry) become one, in the protocol's order, so a crash
+    # anywhere in the partition leaves nothing of it and the rerun redoes it
+    with stores.meta.session(), stores.meta.atomic():
         return run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)

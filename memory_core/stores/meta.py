@@ -50,6 +50,7 @@ class MetaStore:
         self._session: duckdb.DuckDBPyConnection | None = None
         self._depth = 0
         self._guard = threading.Lock()
+        self._local = threading.local()  # .unit: this thread's open atomic() transaction
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
@@ -94,8 +95,39 @@ class MetaStore:
                     self._session = None
 
     @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction for everything this thread reads and writes inside it.
+
+        ``connect`` and ``transaction`` on this thread join it (a nested ``transaction`` is
+        part of it: no commit of its own), so a unit of work whose steps each commit alone
+        (a partition's ~10: clusters, candidates, unit state, audit rows, watermark, ledger
+        entry) commits once; a crash or an exception anywhere inside leaves none of it. Other
+        threads keep their own transactions (cursors of the session); nested ``atomic`` calls
+        join the outer one."""
+        if getattr(self._local, "unit", None) is not None:
+            yield
+            return
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            self._local.unit = con
+            try:
+                yield
+            except BaseException:
+                self._local.unit = None
+                con.abort()
+                con.execute("ROLLBACK")
+                raise
+            self._local.unit = None
+            con.abort()
+            con.execute("COMMIT")
+
+    @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived connection (a cursor when a session is open); close it quickly."""
+        unit = getattr(self._local, "unit", None)
+        if unit is not None:  # inside atomic(): its transaction sees its own writes
+            yield from _joined(unit)
+            return
         with self._guard:
             shared = self._session.cursor() if self._session is not None else None
         if shared is not None:
@@ -113,7 +145,12 @@ class MetaStore:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """All-or-nothing: commits on success, rolls back on any exception."""
+        """All-or-nothing: commits on success, rolls back on any exception (inside
+        ``atomic`` on this thread: part of its transaction, which commits or rolls back)."""
+        unit = getattr(self._local, "unit", None)
+        if unit is not None:
+            yield from _joined(unit)
+            return
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -186,6 +223,18 @@ class MetaStore:
             raise SchemaTooNew(str(self.path), current, latest_schema_version())
         if current < latest_schema_version():
             self.migrate()
+
+
+def _joined(unit: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The atomic() transaction's connection for one ``connect``/``transaction`` block, with
+    any result the block left unfinished discarded after it (a ``fetchone`` of a query with
+    more rows, or with one: DuckDB 2.0 holds it until a fetch returns nothing). Closing a
+    cursor did that before; an unfinished result makes the next ``register`` on the
+    connection raise ``ResourceInUseException``. ``abort`` keeps the transaction."""
+    try:
+        yield unit
+    finally:
+        unit.abort()
 
 
 def _sql_path(path: Path) -> str:

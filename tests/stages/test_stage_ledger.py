@@ -101,6 +101,83 @@ def test_watermark_never_goes_back(tmp_path_factory: Any, hours: list[int]) -> N
     assert mark.astimezone(UTC) == NOW + timedelta(hours=max(hours))
 
 
+def test_atomic_commits_once_and_leaves_nothing_when_it_fails(meta: MetaStore) -> None:
+    """Inside ``atomic`` the steps' own transactions join one: what a step wrote is seen by
+    the next step on the thread, by no other thread until the end, and not at all when a
+    later step fails (the partition's clusters, candidates, watermark and ledger entry land
+    together or not at all)."""
+    import threading
+
+    def others_see() -> bool:
+        box: list[bool] = []
+
+        def read() -> None:
+            box.append(ledger_has(meta, stage="test", partition_key=PART.key, input_hash="h1"))
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        thread.join()
+        return box[0]
+
+    def failing() -> dict[str, Any]:
+        raise RuntimeError("mining failed")
+
+    with meta.session():
+        with pytest.raises(RuntimeError), meta.atomic():
+            run_once(meta, _unit(), dict, run_id="run_a", now=NOW)  # commits alone without atomic
+            assert ledger_has(meta, stage="test", partition_key=PART.key, input_hash="h1")
+            assert not others_see()
+            run_once(meta, _unit("h2"), failing, run_id="run_a", now=NOW)
+        assert not ledger_has(meta, stage="test", partition_key=PART.key, input_hash="h1")
+        assert get_watermarks(meta, stage="test") == {}
+        with meta.atomic():
+            run_once(meta, _unit(), dict, run_id="run_b", now=NOW)
+        assert others_see()
+    assert ledger_has(meta, stage="test", partition_key=PART.key, input_hash="h1")
+
+
+def test_atomic_steps_may_leave_a_result_unfinished(meta: MetaStore) -> None:
+    """A step that reads one row of a longer result (``fetchone``) does not block the next
+    step's writes on the shared connection (a cursor per step was closed after it)."""
+    import pyarrow as pa
+
+    with meta.session(), meta.atomic():
+        with meta.connect() as con:
+            assert con.execute("SELECT * FROM range(100000)").fetchone() == (0,)
+        with meta.transaction() as con:
+            con.register("_rows", pa.table({"n": [1, 2]}))
+            assert con.execute("SELECT sum(n) FROM _rows").fetchall() == [(3,)]
+            con.unregister("_rows")
+        run_once(meta, _unit(), dict, run_id="run_a", now=NOW)
+    assert ledger_has(meta, stage="test", partition_key=PART.key, input_hash="h1")
+
+
+def test_partition_failing_after_clustering_leaves_no_clusters(
+    mem: Any, kit: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition is one transaction: mining failing after clustering leaves no clusters,
+    no watermark and no ledger entry, and the rerun stores what an unbroken run stores."""
+    import memory_core.stages.consolidate as consolidate
+
+    mem.ingest(kit.seed_scenario())
+    ctx = RunContext(now=NOW, run_id="run_1")
+    (planned,) = consolidation_plan(mem.stores, mem.settings, recluster=False)
+    before = mem.snapshot()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("mining failed")
+
+    real = consolidate.mine_partition
+    monkeypatch.setattr(consolidate, "mine_partition", broken)
+    with pytest.raises(RuntimeError):
+        consolidate_partition(mem.stores, mem.settings, ctx, planned.unit, recluster=False)
+    assert mem.snapshot() == before
+    monkeypatch.setattr(consolidate, "mine_partition", real)
+    done = consolidate_partition(mem.stores, mem.settings, ctx, planned.unit, recluster=False)
+    assert done["skipped"] is False and done["cluster"]["new_members"] > 0
+    assert done["mine"]["procedural"] > 0
+
+
 def test_consolidation_rerun_is_idempotent(mem: Any, kit: SimpleNamespace) -> None:
     """Run the library's consolidation twice on the same input: the second run skips every
     partition and writes nothing; the watermark reached the newest episode."""
