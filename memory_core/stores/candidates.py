@@ -104,7 +104,7 @@ def upsert_candidates(
             counts["updated"] += 1
             writes.append((cand, chash))
         if writes:
-            _write(con, writes, run_id=run_id, now=now)
+            _write(con, writes, run_id=run_id, now=now, fresh=not existing)
             moved = {
                 c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
             }
@@ -112,7 +112,10 @@ def upsert_candidates(
     return counts
 
 
-def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: datetime) -> None:
+def _write(
+    con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: datetime, fresh: bool
+) -> None:
+    """``fresh``: no written candidate is stored yet (a partition's first night)."""
     rows = pa.table(
         {
             "candidate_id": [c.candidate_id for c, _ in writes],
@@ -145,6 +148,15 @@ def _write(con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: d
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
         updated_at = excluded.updated_at"""
     )
+    if fresh:
+        # evidence rows are written with their candidate here and deleted with it (forgetting),
+        # so candidates not stored yet have none: their rows go in as they are, without the
+        # anti-joins below, which read all of candidate_evidence (~0.2 CPU s a partition at
+        # 1M episodes, a partition's first night: BENCHMARKS.md, issue 19 s26)
+        con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
+        con.unregister("incoming_candidates")
+        con.unregister("incoming_evidence")
+        return
     # evidence: only the difference is written. A night that adds one episode to a candidate
     # citing hundreds appends one row instead of deleting and re-inserting them all (each
     # through the primary key and the episode index).
