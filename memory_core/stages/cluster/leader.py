@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from memory_core.embed import HashEmbedder
 
@@ -25,6 +30,7 @@ __all__ = [
     "episode_features",
     "goal_block",
     "merge_provisional",
+    "one_blas_thread",
     "seeds",
     "steps_block",
     "unit_rows",
@@ -33,6 +39,34 @@ __all__ = [
 GOAL_DIM = 128
 STEPS_DIM = 64
 CHUNK = 1024
+
+
+_BLAS_GUARD = threading.Lock()
+_blas_controller: Any = None
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """One BLAS thread in this process from the first clustering on (not restored after).
+
+    Why: the products here are small (a chunk of 1,024 rows against a few hundred centroids),
+    so a pool of BLAS threads per product costs more than it gives: placing a 10k partition
+    took 0.21 CPU s with OpenBLAS's 2 threads and 0.14 with one (same labels; BENCHMARKS.md,
+    issue 19 s26); the nightly's worker threads are the parallelism. And the count must not
+    change under a running product: it is process-wide, and OpenBLAS's results differ in the
+    last bits between 1 and 2 threads (a distance to a centroid, so a decision at the
+    threshold). The per-call ``threadpool_limits`` used before restored the count while the
+    other worker thread's products ran (and a restore from a thread other than the one that
+    set the limit did not take effect with this OpenBLAS, 0.3.31): which count a product ran on
+    depended on timing. Set on every entry (another library may have restored it since),
+    never restored: every product of every run is computed alike."""
+    global _blas_controller
+    with _BLAS_GUARD:
+        if _blas_controller is None:
+            # finds the loaded libraries once (~6 ms): numpy's BLAS, which these products use
+            _blas_controller = ThreadpoolController()
+        _blas_controller.limit(limits=1, user_api="blas")
+    yield
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:

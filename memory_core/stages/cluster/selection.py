@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from memory_core.config import ClusterConfig
 from memory_core.stages.cluster.leader import (
@@ -34,6 +33,7 @@ from memory_core.stages.cluster.leader import (
     LeaderState,
     assign,
     merge_provisional,
+    one_blas_thread,
     unit_rows,
 )
 
@@ -354,7 +354,7 @@ def choose(
         return Choice.default(config)
     # small matrices: one BLAS thread is faster, and on a shared machine a pool of threads
     # per product was measured 10x slower (bench/consolidate.py, load ~14)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():
         return _choose(config, features_for, keys, has_code)
 
 

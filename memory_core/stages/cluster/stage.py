@@ -65,6 +65,7 @@ from memory_core.stages.cluster.leader import (
     combine,
     goal_block,
     merge_provisional,
+    one_blas_thread,
     seeds,
     steps_block,
     unit_rows,
@@ -481,6 +482,19 @@ def cluster_partition(
     A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
     its parameters (``selection``) and records the choice; incremental runs reuse it.
     """
+    with one_blas_thread():  # small products; and the same BLAS results on every run
+        return _cluster_partition(stores, config, ctx, partition, recluster=recluster, steps=steps)
+
+
+def _cluster_partition(
+    stores: Stores,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    *,
+    recluster: bool,
+    steps: StepsConfig | None,
+) -> ClusterResult:
     steps = steps if steps is not None else StepsConfig()
     old_clusters, old_members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace

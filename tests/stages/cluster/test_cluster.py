@@ -286,3 +286,43 @@ def test_distinct_action_lists_group_exactly_the_equal_lists(rows, nulls) -> Non
     lists, inverse = _distinct_lists(column)
     assert [lists[i] for i in inverse] == [list(r or []) for r in rows]
     assert len({tuple(x) for x in lists}) == len(lists)
+
+
+def test_one_blas_thread_from_any_thread_stays_one() -> None:
+    """Entered from two threads in turn, BLAS runs one thread in both, during and after (the
+    per-call limit used before restored the count under the other thread's products, and
+    OpenBLAS's results differ in the last bits between thread counts)."""
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from memory_core.stages.cluster.leader import one_blas_thread
+
+    def blas_threads() -> set[int]:  # numpy's BLAS (scipy's, loaded by sklearn, is not ours)
+        return {
+            i["num_threads"]
+            for i in threadpool_info()
+            if i["user_api"] == "blas" and "numpy" in i["filepath"]
+        }
+
+    assert blas_threads(), "numpy without a BLAS threadpool: nothing to check"
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def other() -> None:
+        with one_blas_thread():
+            inside.set()
+            release.wait(10)
+            seen.append(blas_threads())
+        seen.append(blas_threads())
+
+    thread = threading.Thread(target=other)
+    with one_blas_thread():
+        thread.start()
+        assert inside.wait(10)
+        assert blas_threads() == {1}
+    assert blas_threads() == {1}
+    release.set()
+    thread.join()
+    assert seen == [{1}, {1}]
+    with one_blas_thread():
+        assert blas_threads() == {1}
