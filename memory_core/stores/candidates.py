@@ -8,7 +8,8 @@ when mining sees it again.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -253,17 +254,13 @@ def support_pin_subjects(meta: MetaStore, ids: list[str]) -> dict[str, set[str]]
     (``list_candidates(pins=False)``) needs of the pins to count distinct subjects."""
     if not ids:
         return {}
-    with meta.connect() as con:
-        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
-        try:
-            rows = con.execute(
-                "SELECT candidate_id, json_extract_string(body, '$.support_ids[*]'), "
-                "list_transform(json_extract(body, '$.provenance[*]'), "
-                "lambda p: [p->>'source_id', p->>'subject_id']) "
-                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
-            ).fetchall()
-        finally:
-            con.unregister("wanted_ids")
+    with meta.connect() as con, _wanted_ids(con, ids):
+        rows = con.execute(
+            "SELECT candidate_id, json_extract_string(body, '$.support_ids[*]'), "
+            "list_transform(json_extract(body, '$.provenance[*]'), "
+            "lambda p: [p->>'source_id', p->>'subject_id']) "
+            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+        ).fetchall()
     out: dict[str, set[str]] = {}
     for cid, support, pins in rows:
         cited = set(support or ())
@@ -280,16 +277,12 @@ def score_fields(
     bodies by SQL (no body parsed): what an insight twin takes from its procedure."""
     if not ids:
         return {}
-    with meta.connect() as con:
-        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
-        try:
-            rows = con.execute(
-                "SELECT candidate_id, body->>'$.status', "
-                "CAST(body->>'$.importance' AS DOUBLE), body->>'$.scorer' "
-                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
-            ).fetchall()
-        finally:
-            con.unregister("wanted_ids")
+    with meta.connect() as con, _wanted_ids(con, ids):
+        rows = con.execute(
+            "SELECT candidate_id, body->>'$.status', "
+            "CAST(body->>'$.importance' AS DOUBLE), body->>'$.scorer' "
+            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+        ).fetchall()
     return {cid: (status, importance, scorer) for cid, status, importance, scorer in rows}
 
 
@@ -311,14 +304,11 @@ def pending_keys(
         gone = sorted(r[0] for r in rows if r[0] not in done)
         if not gone:
             return []
-        con.register("wanted_ids", pa.table({"candidate_id": pa.array(gone, pa.string())}))
-        try:
+        with _wanted_ids(con, gone):
             found = con.execute(
                 "SELECT candidate_id, body->>'$.policy_version', body->>'$.cluster_id' "
                 f"FROM candidates WHERE rowid IN ({_WANTED_ROWS}) ORDER BY candidate_id"
             ).fetchall()
-        finally:
-            con.unregister("wanted_ids")
     return [(r[0], r[1], r[2]) for r in found]
 
 
@@ -326,15 +316,11 @@ def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:
     """Which of ``ids`` are stored (no body read)."""
     if not ids:
         return set()
-    with meta.connect() as con:
-        con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
-        try:
-            rows = con.execute(
-                "SELECT c.candidate_id FROM candidates c "
-                "SEMI JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
-            ).fetchall()
-        finally:
-            con.unregister("wanted_ids")
+    with meta.connect() as con, _wanted_ids(con, ids):
+        rows = con.execute(
+            "SELECT c.candidate_id FROM candidates c "
+            "SEMI JOIN wanted_ids w ON c.candidate_id = w.candidate_id"
+        ).fetchall()
     return {r[0] for r in rows}
 
 
@@ -410,15 +396,23 @@ def set_candidate_scores(
             con.unregister("incoming_scores")
 
 
-def _bodies(con: Any, ids: list[str]) -> list[tuple[str, str]]:
-    """``(candidate_id, body)`` of the given ids that exist, by a join (not a list scan)."""
+@contextmanager
+def _wanted_ids(con: Any, ids: list[str]) -> Iterator[None]:
+    """``ids`` registered as the table ``wanted_ids`` (what ``_WANTED_ROWS`` and the semi
+    joins read) for the block, unregistered after it whatever happens."""
     con.register("wanted_ids", pa.table({"candidate_id": pa.array(ids, pa.string())}))
     try:
+        yield
+    finally:
+        con.unregister("wanted_ids")
+
+
+def _bodies(con: Any, ids: list[str]) -> list[tuple[str, str]]:
+    """``(candidate_id, body)`` of the given ids that exist, by a join (not a list scan)."""
+    with _wanted_ids(con, ids):
         return con.execute(
             f"SELECT candidate_id, body FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
         ).fetchall()
-    finally:
-        con.unregister("wanted_ids")
 
 
 def merge_candidate_stats(
