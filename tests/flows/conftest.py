@@ -1,4 +1,5 @@
-"""A real Prefect run for flow tests: one ephemeral server for the whole session."""
+"""A real Prefect run for flow tests: one ephemeral server for the whole session (under xdist,
+one for every worker of the run: tests/kit/prefect.py ``session_harness``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 @pytest.fixture(scope="session", autouse=True)
 def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["PREFECT_HOME"] = str(tmp_path_factory.mktemp("prefect"))
-    from prefect.testing.utilities import prefect_test_harness
+    from tests.kit.prefect import session_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with session_harness(tmp_path_factory):
         yield

@@ -1,10 +1,15 @@
 """Real Prefect servers for tests whose flows run in subprocesses.
 
-* ``harness_prefect``: the session harness's server (tests/flows/conftest.py,
-  ``prefect_test_harness``). It is a real API server on loopback, a child of the test
-  process, so a subprocess reaches it through ``PREFECT_API_URL`` like any server; it runs no
-  scheduler. Tests that only need flow runs recorded somewhere a subprocess can reach (the
-  crash harnesses' killed runs) use it and start no second server.
+* ``session_harness``: the session's test harness server (tests/flows/conftest.py): what
+  ``prefect_test_harness`` starts (Prefect's ephemeral API server, uvicorn on loopback, a
+  fresh SQLite database, no scheduler), but one for the whole run: the first xdist worker to
+  need it starts it and the others use it too (each harness server cost ~21 CPU s to start
+  and ~1.5 CPU s a minute idle; three workers started three). It stops when the run's main
+  pytest process ends. Without xdist it is ``prefect_test_harness`` itself.
+* ``harness_prefect``: that server, for subprocesses: a real API server on loopback, reached
+  through ``PREFECT_API_URL`` like any server. Tests that only need flow runs recorded
+  somewhere a subprocess can reach (the crash harnesses' killed runs) use it and start no
+  second server.
 * ``local_prefect``: one real ``prefect server start`` (with its services: the scheduler,
   late runs...) on a free loopback port, started per test process on first use (~15-25 CPU s
   here, plus ~1.5 CPU s a minute idle) and shared by every module that asks; it is always
@@ -14,6 +19,8 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
+import inspect
 import os
 import signal
 import socket
@@ -21,10 +28,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.kit.once import session_root
 
 STARTUP_TIMEOUT_S = 150.0
 
@@ -85,6 +96,126 @@ def _stop() -> None:
             os.killpg(_proc.pid, signal.SIGKILL)
             _proc.wait(timeout=15)
     _proc = None
+
+
+# Runs the shared harness server (argv[2:]) until the process argv[1] (the run's main pytest
+# process) is gone, or until SIGTERM; then stops it as Prefect's harness does (terminate,
+# kill after a while). `python -S`: nothing but the standard library.
+WATCHDOG = r"""
+import os, signal, subprocess, sys, time
+watched, cmd = int(sys.argv[1]), sys.argv[2:]
+server = subprocess.Popen(cmd)
+def stop(*_):
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while server.poll() is None:
+    try:
+        os.kill(watched, 0)
+    except ProcessLookupError:
+        stop()
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
+
+
+def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
+    """The run's harness server's API URL: started by the first worker that asks (under a
+    lock in the run's temporary root, tests/kit/once.py), found healthy by the others."""
+    from prefect.settings import get_current_settings
+
+    root = session_root(factory) / "harness-prefect"
+    root.mkdir(parents=True, exist_ok=True)
+    found = root / "api_url"
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if found.exists():
+            api_url = found.read_text()
+            if not _healthy(api_url):
+                pytest.fail(f"the run's harness Prefect server at {api_url} is down")
+            return api_url
+        port = _free_port()
+        api_url = f"http://127.0.0.1:{port}/api"
+        env = {
+            **os.environ,
+            # what prefect_test_harness's server gets (SubprocessASGIServer): no UI, the
+            # ephemeral server's settings, this process's Prefect settings, a fresh database
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            **get_current_settings().to_environment_variables(exclude_unset=True),
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root}/prefect.db",
+        }
+        import prefect
+
+        server = [sys.executable, "-m", "uvicorn", "--app-dir",
+                  str(prefect.__module_path__.parent), "--factory",
+                  "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                  "--port", str(port), "--log-level", "error", "--lifespan", "on"]  # fmt: skip
+        # the main pytest process: an xdist worker's parent
+        watched = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+        log = (root / "server.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", WATCHDOG, str(watched), *server],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this worker; not signalled with its group
+        )  # fmt: skip
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _healthy(api_url):
+                found.write_text(api_url)
+                return api_url
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.terminate()
+        tail = (root / "server.log").read_text(errors="replace")[-2000:]
+        pytest.fail(f"the harness Prefect server did not become healthy:\n{tail}")
+        raise AssertionError  # unreachable
+
+
+@contextmanager
+def session_harness(factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``prefect_test_harness`` for a whole run: under xdist one server for every worker."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=int(STARTUP_TIMEOUT_S)):
+            yield
+        return
+    import prefect.context
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    api_url = _shared_harness_server(factory)
+    with ExitStack() as stack:
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: api_url}))
+        # as prefect_test_harness: the harness settings are the process-global ones too
+        stack.enter_context(
+            prefect.context._temporary_global_settings_context(
+                prefect.context.get_settings_context()
+            )
+        )
+        yield
+
+        async def drain() -> None:  # as prefect_test_harness does before it stops
+            try:
+                result = APILogWorker.instance().drain()
+                if inspect.isawaitable(result):
+                    await result
+            except RuntimeError:  # never started
+                pass
+            result = EventsWorker.drain_all()
+            if inspect.isawaitable(result):
+                await result
+
+        run_coro_as_sync(drain())
 
 
 def harness_prefect(tmp_root: Path) -> LocalPrefect:
