@@ -38,6 +38,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     assign_groups(items)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the test's fixtures are torn down: stop the local Prefect server when the unit
+    of tests that share it is done (tests/kit/prefect.py)."""
+    yield
+    from tests.kit.prefect import stop_local_prefect_after
+
+    stop_local_prefect_after(item, nextitem)
+
+
 @pytest.fixture(autouse=True)
 def duckdb_instances(request: pytest.FixtureRequest) -> Iterator[None]:
     """DuckDB instances kept alive while a test runs (tests/kit/duckdb_instances.py); a

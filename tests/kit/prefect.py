@@ -12,8 +12,10 @@
   second server.
 * ``local_prefect``: one real ``prefect server start`` (with its services: the scheduler,
   late runs...) on a free loopback port, started per test process on first use (~15-25 CPU s
-  here, plus ~1.5 CPU s a minute idle) and shared by every module that asks; it is always
-  stopped at exit (its process group is killed). For schedules and ``memctl serve``.
+  here, plus ~1.5 CPU s a minute idle) and shared by every module that asks; it is stopped
+  after the last test of the unit that uses it (``stop_local_prefect_after``, from
+  tests/conftest.py) and always at exit (its process group is killed). For schedules and
+  ``memctl serve``.
 """
 
 from __future__ import annotations
@@ -216,6 +218,27 @@ def session_harness(factory: pytest.TempPathFactory) -> Iterator[None]:
                 await result
 
         run_coro_as_sync(drain())
+
+
+def _group(item: pytest.Item | None) -> str | None:
+    marker = None if item is None else item.get_closest_marker("xdist_group")
+    if marker is None:
+        return None
+    return str(marker.args[0] if marker.args else marker.kwargs.get("name"))
+
+
+def stop_local_prefect_after(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the local server once this process has run the last test of the unit that uses
+    it (``schedule.LOCAL_PREFECT``; the schedule keeps that unit's tests together): it is
+    asked for by no other test, and an idle ``prefect server start`` (its services loop)
+    would otherwise burn CPU until the worker exits. A later caller starts a new one."""
+    from tests.kit.schedule import LOCAL_PREFECT
+
+    if _proc is None or _group(item) != LOCAL_PREFECT or _group(nextitem) == LOCAL_PREFECT:
+        return
+    global _server
+    _stop()
+    _server = None
 
 
 def harness_prefect(tmp_root: Path) -> LocalPrefect:

@@ -31,7 +31,8 @@ FIRST = (
     "tests/flows/test_privacy_end_to_end.py",
     "tests/flows/test_review_served.py#0",
     # the two tests that serve against one real `prefect server start` (kit/prefect.py
-    # local_prefect, one per worker): on one worker, so the server is started once
+    # local_prefect, one per worker): on one worker, so the server is started once (and
+    # stopped after the unit's last test: kit/prefect.py stop_local_prefect_after)
     LOCAL_PREFECT,
     # the second crash half after the privacy test on the other worker (xdist hands each
     # worker two units at the start): by then the first half has built the shared baseline
