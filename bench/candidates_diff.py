@@ -7,8 +7,9 @@ mine on it, dumps the candidates table and their evidence, and diffs the dumps.
 Why: a speed change in the cluster or mine stage must not change what is mined. Each checkout
 runs in its own process with ``PYTHONPATH`` set to it, on a home built by that checkout from
 ``bench/consolidate.py``'s generator (the same seed, so the same episodes). Compared: every
-candidate's id, kind, status, reason, content hash and body (what ``memctl candidates`` shows:
-texts, steps, conditions, statistics, evidence pins) and every evidence row; the run's id and
+candidate's id, kind, status, reason, content hash and body as the store's readers return it
+(what ``memctl candidates`` shows: texts, steps, conditions, statistics, evidence pins) and
+every evidence row (candidate, episode, role, subject); the run's id and
 times are left out. Prints the counts and the first differences; exits 1 when they differ.
 ``--incremental F``: after the first night, ``F`` x episodes more arrive (``build``'s later
 ids and times) and a second night clusters and mines them; the dump is taken after it.
@@ -41,6 +42,8 @@ def dump(home: Path, episodes: int, partitions: int, out: Path, incremental: flo
         build(home, max(partitions, round(episodes * incremental)), partitions,
               first=episodes // partitions)  # fmt: skip
         run_stages(home, workers=1)
+    from memory_core.stores.candidates import get_candidates
+
     meta = open_stores(load_settings(home=home, embed={"model": "hash"})).meta
     with meta.connect() as con:
         cands = con.execute(
@@ -48,11 +51,15 @@ def dump(home: Path, episodes: int, partitions: int, out: Path, incremental: flo
             "content_hash, confidence, reason FROM candidates ORDER BY candidate_id"
         ).fetchall()
         evidence = con.execute(
-            "SELECT * FROM candidate_evidence ORDER BY candidate_id, episode_id, role"
+            "SELECT candidate_id, episode_id, role, subject_id FROM candidate_evidence "
+            "ORDER BY candidate_id, episode_id, role"
         ).fetchall()
+    # bodies as every reader sees them (the store may keep a body's evidence pins beside it:
+    # stores/candidates.PINS_IN_EVIDENCE), so checkouts that store them differently compare
+    read = {c.candidate_id: c for c in get_candidates(meta, [row[0] for row in cands])}
     with out.open("w") as fh:
         for row in cands:
-            body = json.loads(row[6])
+            body = read[row[0]].model_dump(mode="json")
             for volatile in ("created_at", "updated_at", "run_id"):
                 body.pop(volatile, None)
             fh.write(json.dumps(["candidate", *row[:6], body, *row[7:]], sort_keys=True) + "\n")

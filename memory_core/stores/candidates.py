@@ -8,7 +8,7 @@ when mining sees it again.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -22,6 +22,9 @@ from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
     "DECIDED_STATUSES",
+    "PINS_IN_EVIDENCE",
+    "EpisodePins",
+    "candidates_from_bodies",
     "count_by_status",
     "existing_ids",
     "get_candidates",
@@ -46,6 +49,22 @@ DECIDED_STATUSES = frozenset(
 )
 
 
+# A stored body whose ``provenance`` is this string keeps its evidence pins in
+# ``candidate_evidence`` (episode id, subject, content hash), not in the body: every reader that
+# validates a body goes through ``candidates_from_bodies``, which puts them back, so what users
+# see (``memctl candidates``, review, promote) is the same list of pins in the same order (by
+# episode id). Why: a mined candidate pins every episode it cites (~1 per episode of its
+# partition), so each night that added one episode to it rebuilt, validated and rewrote all its
+# pins (~30% of a 1% night's partition CPU at 100k episodes, BENCHMARKS.md issue 19 s27); now
+# the new episode's evidence row is the only pin written. Bodies written before, and bodies
+# whose pins are not plain episode pins (claims), keep their pins and are read as they are.
+PINS_IN_EVIDENCE = "candidate_evidence"
+
+# (content hash, subject id) of an episode a mined candidate cites, by episode id: what its
+# evidence pin holds (``Provenance(source_id=episode id, source_kind="episode", content_hash,
+# subject_id, revision=None)``)
+EpisodePins = Mapping[str, tuple[str | None, str | None]]
+
 # The rows of the ids in ``wanted_ids``, found by the id column alone. Joining the ids to the
 # table directly read every candidate's body (~190 MB at 1M episodes, 0.25 s a query, twice
 # per partition); the row ids of one partition's candidates lie close together (they are
@@ -56,11 +75,19 @@ _WANTED_ROWS = (
 
 
 def upsert_candidates(
-    meta: MetaStore, candidates: Iterable[Candidate], *, run_id: str, now: datetime
+    meta: MetaStore,
+    candidates: Iterable[Candidate],
+    *,
+    run_id: str,
+    now: datetime,
+    pins: EpisodePins | None = None,
 ) -> dict[str, int]:
     """Insert new candidates, refresh changed ones, keep decided statuses; returns counts.
 
     One read of the existing rows and two bulk writes, whatever the number of candidates.
+    ``pins``: a candidate with no ``provenance`` that cites episodes pins each of them with
+    its entry here, stored in ``candidate_evidence`` only (``PINS_IN_EVIDENCE``); the miner
+    builds candidates so instead of one pin object per cited episode.
     """
     incoming = {c.candidate_id: c for c in candidates}
     counts = {"inserted": 0, "updated": 0, "unchanged": 0}
@@ -105,7 +132,7 @@ def upsert_candidates(
             counts["updated"] += 1
             writes.append((cand, chash))
         if writes:
-            _write(con, writes, run_id=run_id, now=now, fresh=not existing)
+            _write(con, writes, run_id=run_id, now=now, fresh=not existing, pins=pins)
             moved = {
                 c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
             }
@@ -113,8 +140,33 @@ def upsert_candidates(
     return counts
 
 
+def _pins_elsewhere(cand: Candidate, pins: EpisodePins | None) -> bool:
+    """Whether ``cand``'s pins are ``pins``' entries of the episodes it cites."""
+    return (
+        pins is not None
+        and not cand.provenance
+        and bool(cand.support_ids or cand.counterexample_ids)
+    )
+
+
+def _body(cand: Candidate, pins: EpisodePins | None) -> str:
+    """The stored body: pydantic's JSON, pins replaced by ``PINS_IN_EVIDENCE`` when they live
+    in ``candidate_evidence`` (``provenance`` is the model's last field, so the key order is
+    the same either way)."""
+    if not _pins_elsewhere(cand, pins):
+        return cand.model_dump_json()
+    text = cand.model_dump_json(exclude={"provenance"})
+    return f'{text[:-1]},"provenance":"{PINS_IN_EVIDENCE}"}}'
+
+
 def _write(
-    con: Any, writes: list[tuple[Candidate, str]], *, run_id: str, now: datetime, fresh: bool
+    con: Any,
+    writes: list[tuple[Candidate, str]],
+    *,
+    run_id: str,
+    now: datetime,
+    fresh: bool,
+    pins: EpisodePins | None = None,
 ) -> None:
     """``fresh``: no written candidate is stored yet (a partition's first night)."""
     rows = pa.table(
@@ -127,7 +179,7 @@ def _write(
             "status": [c.status.value for c, _ in writes],
             # pydantic's own serialiser: the same JSON value as json.dumps of model_dump,
             # ~3x faster (bodies carry every evidence pin: ~12 KB each at 1M episodes)
-            "body": [c.model_dump_json() for c, _ in writes],
+            "body": [_body(c, pins) for c, _ in writes],
             "content_hash": [h for _, h in writes],
             "confidence": pa.array([c.confidence for c, _ in writes], pa.float64()),
             "importance": pa.array([c.importance for c, _ in writes], pa.float64()),
@@ -138,7 +190,7 @@ def _write(
             "updated_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
         }
     )
-    evidence = _evidence_table([c for c, _ in writes])
+    evidence = _evidence_table([c for c, _ in writes], pins)
     con.register("incoming_candidates", rows)
     con.register("incoming_evidence", evidence)
     con.execute(
@@ -177,32 +229,68 @@ def _write(
 
 _SAME_EVIDENCE = (
     "i.candidate_id = e.candidate_id AND i.episode_id = e.episode_id AND i.role = e.role "
-    "AND i.subject_id IS NOT DISTINCT FROM e.subject_id"
+    "AND i.subject_id IS NOT DISTINCT FROM e.subject_id "
+    "AND i.content_hash IS NOT DISTINCT FROM e.content_hash"
 )
 
 
-def _evidence_table(candidates: list[Candidate]) -> pa.Table:
+def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None) -> pa.Table:
     """One row per (candidate, episode): support first, a counterexample only if not support.
 
     Built as whole columns per candidate (a partition's candidates cite ~10k episodes), the
-    subject taken from the candidate's pin of the episode."""
+    subject and content hash taken from the candidate's pin of the episode (from ``pins``
+    when its pins live in ``candidate_evidence``)."""
     cols: dict[str, list[Any]] = {"candidate_id": [], "episode_id": [], "role": [],
-                                  "subject_id": []}  # fmt: skip
+                                  "subject_id": [], "content_hash": []}  # fmt: skip
     for cand in candidates:
         support = list(dict.fromkeys(cand.support_ids))
         seen = set(support)
         counter = [e for e in dict.fromkeys(cand.counterexample_ids) if e not in seen]
-        subjects = {p.source_id: p.subject_id for p in cand.provenance}
         ids = [*support, *counter]
+        if _pins_elsewhere(cand, pins):
+            assert pins is not None
+            found = [pins[e] for e in ids]
+            cols["subject_id"].extend(subject for _, subject in found)
+            cols["content_hash"].extend(chash for chash, _ in found)
+        else:
+            by_id = {p.source_id: p for p in cand.provenance}
+            cited = [by_id.get(e) for e in ids]
+            cols["subject_id"].extend(p.subject_id if p else None for p in cited)
+            cols["content_hash"].extend(p.content_hash if p else None for p in cited)
         cols["candidate_id"].extend([cand.candidate_id] * len(ids))
         cols["episode_id"].extend(ids)
         cols["role"].extend(["support"] * len(support) + ["counterexample"] * len(counter))
-        cols["subject_id"].extend(map(subjects.get, ids))
     return pa.table({name: pa.array(values, pa.string()) for name, values in cols.items()})
 
 
-def _from_rows(rows: list[tuple[Any, ...]]) -> list[Candidate]:
-    return [Candidate.model_validate(json.loads(r[0])) for r in rows]
+def candidates_from_bodies(con: Any, bodies: Iterable[str]) -> list[Candidate]:
+    """Stored bodies as candidates, in the given order, with their evidence pins: a body whose
+    pins live in ``candidate_evidence`` (``PINS_IN_EVIDENCE``) gets them back from there, one
+    read for all of them, in episode id order (the order the miner pins in)."""
+    parsed = [json.loads(body) for body in bodies]
+    elsewhere = [b["candidate_id"] for b in parsed if b.get("provenance") == PINS_IN_EVIDENCE]
+    if elsewhere:
+        with _wanted_ids(con, elsewhere):
+            rows = con.execute(
+                "SELECT e.candidate_id, e.episode_id, e.content_hash, e.subject_id "
+                "FROM candidate_evidence e SEMI JOIN wanted_ids w "
+                "ON e.candidate_id = w.candidate_id"
+            ).fetchall()
+        pins: dict[str, list[tuple[str, str | None, str | None]]] = {}
+        for cid, eid, chash, subject in rows:
+            pins.setdefault(cid, []).append((eid, chash, subject))
+        for body in parsed:
+            if body.get("provenance") == PINS_IN_EVIDENCE:
+                body["provenance"] = [
+                    {"source_id": eid, "source_kind": "episode", "content_hash": chash,
+                     "subject_id": subject, "revision": None}
+                    for eid, chash, subject in sorted(pins.get(body["candidate_id"], ()))
+                ]  # fmt: skip
+    return [Candidate.model_validate(body) for body in parsed]
+
+
+def _from_rows(con: Any, rows: list[tuple[Any, ...]]) -> list[Candidate]:
+    return candidates_from_bodies(con, [r[0] for r in rows])
 
 
 # A body without its evidence pins: ``provenance`` holds one pin per cited episode, ~3/4 of a
@@ -245,7 +333,7 @@ def list_candidates(
             "ORDER BY tenant_id, namespace, candidate_id",
             params,
         ).fetchall()
-    return _from_rows(rows)
+        return _from_rows(con, rows)
 
 
 def support_pin_subjects(meta: MetaStore, ids: list[str]) -> dict[str, set[str]]:
@@ -254,17 +342,29 @@ def support_pin_subjects(meta: MetaStore, ids: list[str]) -> dict[str, set[str]]
     (``list_candidates(pins=False)``) needs of the pins to count distinct subjects."""
     if not ids:
         return {}
-    with meta.connect() as con, _wanted_ids(con, ids):
-        rows = con.execute(
-            "SELECT candidate_id, json_extract_string(body, '$.support_ids[*]'), "
-            "list_transform(json_extract(body, '$.provenance[*]'), "
-            "lambda p: [p->>'source_id', p->>'subject_id']) "
-            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
-        ).fetchall()
+    with meta.connect() as con:
+        with _wanted_ids(con, ids):
+            rows = con.execute(
+                "SELECT candidate_id, json_extract_string(body, '$.support_ids[*]'), "
+                "list_transform(json_extract(body, '$.provenance[*]'), "
+                "lambda p: [p->>'source_id', p->>'subject_id']), "
+                f"body->>'$.provenance' = '{PINS_IN_EVIDENCE}' "
+                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+            ).fetchall()
+        elsewhere = [r[0] for r in rows if r[3]]
+        from_evidence: dict[str, list[tuple[str, str]]] = {}
+        if elsewhere:  # those pins are the candidates' evidence rows (PINS_IN_EVIDENCE)
+            with _wanted_ids(con, elsewhere):
+                for cid, eid, subject in con.execute(
+                    "SELECT e.candidate_id, e.episode_id, e.subject_id FROM candidate_evidence e "
+                    "SEMI JOIN wanted_ids w ON e.candidate_id = w.candidate_id"
+                ).fetchall():
+                    from_evidence.setdefault(cid, []).append((eid, subject))
     out: dict[str, set[str]] = {}
-    for cid, support, pins in rows:
+    for cid, support, pins, pins_elsewhere in rows:
         cited = set(support or ())
-        found = {subject for source, subject in pins or () if source in cited}
+        pairs = from_evidence.get(cid, []) if pins_elsewhere else pins or ()
+        found = {subject for source, subject in pairs if source in cited}
         found.discard(None)
         out[cid] = found
     return out
@@ -329,7 +429,7 @@ def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:
         return []
     with meta.connect() as con:
         found = sorted(_bodies(con, list(dict.fromkeys(ids))))  # by id, as before
-    return _from_rows([(body,) for _, body in found])
+        return _from_rows(con, [(body,) for _, body in found])
 
 
 def set_candidate_status(

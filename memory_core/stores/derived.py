@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from memory_core.models import Candidate
+from memory_core.stores.candidates import candidates_from_bodies
 from memory_core.stores.meta import MetaStore
 from memory_core.stores.status_writes import MetaStatuses, write_status
 
@@ -59,7 +60,7 @@ def candidates_citing(
             OR (? IS NOT NULL AND e.subject_id = ?) ORDER BY 1""",
             [sorted(set(episode_ids)), subject_id, subject_id],
         ).fetchall()
-    return [Candidate.model_validate(json.loads(r[0])) for r in rows]
+        return candidates_from_bodies(con, [r[0] for r in rows])
 
 
 def rewrite_candidates(

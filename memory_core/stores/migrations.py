@@ -193,4 +193,15 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 PRIMARY KEY (tenant_id, namespace, unit_key))""",
         ],
     ),
+    (
+        9,
+        [
+            # The content hash each evidence row's episode had when cited: a mined candidate's
+            # evidence pins live here instead of in its body (stores/candidates.py,
+            # PINS_IN_EVIDENCE), so a night that adds one episode to a candidate appends one
+            # row instead of rewriting every pin. Rows written before have NULL here; their
+            # candidates' bodies still hold their pins.
+            "ALTER TABLE candidate_evidence ADD COLUMN content_hash VARCHAR",
+        ],
+    ),
 ]

@@ -22,6 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from memory_core.models import Candidate, CandidateStatus
+from memory_core.stores.candidates import candidates_from_bodies
 from memory_core.stores.meta import MetaStore
 from memory_core.stores.status_writes import MetaStatuses, write_status
 
@@ -373,8 +374,7 @@ def _twins(
         [ids],
     ).fetchall()
     out: dict[str, list[Candidate]] = {}
-    for (body,) in rows:
-        cand = Candidate.model_validate(json.loads(body))
+    for cand in candidates_from_bodies(con, [body for (body,) in rows]):
         out.setdefault(str(cand.stats["twin_of"]), []).append(cand)
     return out
 
@@ -443,7 +443,7 @@ def load_batch_state(meta: MetaStore, batch_id: str) -> BatchState | None:
         bodies = con.execute(
             "SELECT body FROM candidates WHERE list_contains(?, candidate_id)", [sorted(items)]
         ).fetchall()
-        cands = [Candidate.model_validate(json.loads(b)) for (b,) in bodies]
+        cands = candidates_from_bodies(con, [b for (b,) in bodies])
         procs = [c.candidate_id for c in cands if c.kind.value == "procedural"]
         twins = _twins(con, procs)
     return BatchState(_batch(row), items, {c.candidate_id: c for c in cands}, twins)

@@ -243,24 +243,15 @@ class _Evidence:
         groups, clusters = _groups(table, units, settings, namespace)
         return cls(groups, clusters, index, subjects, col("content_hash"), col("goal"), actions)
 
-    def pins(self, ids: list[str]) -> list[dict[str, Any]]:
-        """Evidence pins, as the dicts ``Candidate`` validates into ``Provenance``.
-
-        A partition's candidates cite ~1 pin per episode (~10k per 10k partition); pydantic-core
-        builds them from dicts about 3x faster than from ``Provenance`` instances made in
-        Python (timeit: 8.7 vs 25 us a pin inside a Candidate, load ~8; ``model_construct``
-        is slower still)."""
-        index, chash, subject = self.index, self.content_hash, self.subject_id
-        return [
-            {
-                "source_id": e,
-                "source_kind": "episode",
-                "content_hash": chash[index[e]],
-                "subject_id": subject[index[e]],
-                "revision": None,
-            }
-            for e in ids
-        ]
+    def pins(self) -> dict[str, tuple[str | None, str | None]]:
+        """(content hash, subject) of each episode by id: the evidence pins of the candidates
+        mined from them, which ``upsert_candidates`` keeps in ``candidate_evidence`` only
+        (``stores/candidates.PINS_IN_EVIDENCE``). A partition's candidates cite ~1 episode per
+        episode (~10k per 10k partition): one ``Provenance`` object per cited episode, built
+        and validated each night a unit was touched, was ~30% of a 1% night's partition CPU."""
+        return dict(
+            zip(self.index, zip(self.content_hash, self.subject_id, strict=True), strict=True)
+        )
 
     def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
         return [self.actions[self.index[e]] or [] for e in ids]
@@ -403,7 +394,6 @@ def _procedural(
     finding: PatternFinding,
     partition: Partition,
     cluster_id: str,
-    evidence: _Evidence,
     phrase: str,
     version: str,
     shown: list[AbstractStep],
@@ -420,7 +410,7 @@ def _procedural(
     )
     if finding.counterexample_ids:
         text += f"; {len(finding.counterexample_ids)} failure(s) with the same steps"
-    cited = sorted({*finding.support_ids, *finding.counterexample_ids})
+    # no provenance: its pins (every cited episode) are written to candidate_evidence only
     return Candidate(
         candidate_id=procedural_candidate_id(partition, cluster_id, finding.steps, version),
         kind=CandidateKind.procedural,
@@ -453,7 +443,6 @@ def _procedural(
         },
         cluster_id=cluster_id,
         policy_version=version,
-        provenance=evidence.pins(cited),
     )
 
 
@@ -465,7 +454,6 @@ def _pitfall(
     finding: PatternFinding,
     proc: Candidate,
     partition: Partition,
-    evidence: _Evidence,
     key: str,
     policy: Any,
 ) -> Candidate | None:
@@ -517,8 +505,7 @@ def _pitfall(
         },
         cluster_id=proc.cluster_id,
         policy_version=policy.version,
-        provenance=evidence.pins(sorted(pit.failure_ids)),
-    )
+    )  # its pins (its failures) go to candidate_evidence only, as a procedure's
 
 
 def _twin(proc: Candidate, partition: Partition, key: str, version: str) -> Candidate:
@@ -600,12 +587,10 @@ def _mine_clusters(
                 continue  # nothing done and nothing looked up: no procedure to show
             phrase, pkey = _problem(finding.conditions, evidence.goals_of(finding.success_ids))
             runs = [_signatures(acts, signatures) for acts in support[:_SUPPORT_RUNS]]
-            proc = _procedural(
-                finding, partition, cid, evidence, phrase, version, shown, abstract, runs
-            )
+            proc = _procedural(finding, partition, cid, phrase, version, shown, abstract, runs)
             unit.procedural.append(proc)
             unit.twins.append(_twin(proc, partition, pkey, version))
-            pit = _pitfall(finding, proc, partition, evidence, pkey, settings.policy)
+            pit = _pitfall(finding, proc, partition, pkey, settings.policy)
             if pit is not None:
                 unit.pitfalls.append(pit)
     return out
@@ -745,8 +730,9 @@ def mine_partition(
     result.stale = len(stale)
     if not ctx.dry_run:
         result.upserted = upsert_candidates(
-            stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now
-        )
+            stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now,
+            pins=evidence.pins(),
+        )  # fmt: skip
         crash_point("mine.upserted")
         fingerprints = {key: (plan.fingerprints[key], mined[key]) for key in mined}
         save_units(stores.meta, partition.tenant_id, partition.namespace, fingerprints,

@@ -28,6 +28,7 @@ from memory_core.stages.forget import (
     request_deletion,
 )
 from memory_core.stages.mine import mine_partition
+from memory_core.stores.candidates import list_candidates
 from memory_core.stores.forgetting import SUBJECT_TABLES, unclassified_tables
 from memory_core.stores.schemas import TABLES
 
@@ -293,13 +294,22 @@ def test_tool_call_arguments_naming_the_subject_leave_no_candidate_behind(mem, k
     mem.consolidate()
 
     def naming_victim() -> int:
+        """Candidates naming the victim: in the stored body, in what readers see (the evidence
+        pins may live in candidate_evidence, stores/candidates.PINS_IN_EVIDENCE), or in an
+        evidence row."""
         with mem.stores.meta.connect() as con:
             (n,) = con.execute(
                 "SELECT count(*) FROM candidates WHERE contains(body, ?)", [victim]
             ).fetchone()
-        return n
+            (rows,) = con.execute(
+                "SELECT count(*) FROM candidate_evidence WHERE contains(subject_id, ?) "
+                "OR contains(episode_id, ?)",
+                [victim, victim],
+            ).fetchone()
+        read = sum(victim in c.model_dump_json() for c in list_candidates(mem.stores.meta))
+        return n + rows + read
 
-    assert naming_victim() > 0  # the analysis quotes the calls (observed steps)
+    assert naming_victim() > 0  # the candidate pins the victim's runs, quoting the calls
     receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), victim)
     assert naming_victim() == 0
     assert receipt["verification"]["verified"] is True
