@@ -99,12 +99,17 @@ def upsert_candidates(
         )
         try:
             found = con.execute(
-                "SELECT candidate_id, status, content_hash, body->>'$.status' FROM candidates "
+                "SELECT candidate_id, status, content_hash, body->>'$.status', "
+                "json_extract_string(body, '$.support_ids[*]'), "
+                "json_extract_string(body, '$.counterexample_ids[*]') FROM candidates "
                 f"WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         finally:
             con.unregister("wanted_ids")
-        existing = {cid: (status, chash, body_status) for cid, status, chash, body_status in found}
+        existing = {row[0]: row[1:4] for row in found}
+        # what each stored candidate cites: its evidence rows are among these (every writer of
+        # candidate_evidence writes a body's cited episodes, and forgetting only deletes rows)
+        cited = {row[0]: {*(row[4] or ()), *(row[5] or ())} for row in found}
         writes: list[tuple[Candidate, str]] = []
         for cid, cand in incoming.items():
             chash = cand.content_hash()
@@ -132,7 +137,7 @@ def upsert_candidates(
             counts["updated"] += 1
             writes.append((cand, chash))
         if writes:
-            _write(con, writes, run_id=run_id, now=now, fresh=not existing, pins=pins)
+            _write(con, writes, run_id=run_id, now=now, cited=cited, pins=pins)
             moved = {
                 c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
             }
@@ -165,10 +170,10 @@ def _write(
     *,
     run_id: str,
     now: datetime,
-    fresh: bool,
+    cited: Mapping[str, set[str]],
     pins: EpisodePins | None = None,
 ) -> None:
-    """``fresh``: no written candidate is stored yet (a partition's first night)."""
+    """``cited``: the episodes each written candidate's stored body cites (none if new)."""
     rows = pa.table(
         {
             "candidate_id": [c.candidate_id for c, _ in writes],
@@ -201,37 +206,50 @@ def _write(
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
         updated_at = excluded.updated_at"""
     )
-    if fresh:
-        # evidence rows are written with their candidate here and deleted with it (forgetting),
-        # so candidates not stored yet have none: their rows go in as they are, without the
-        # anti-joins below, which read all of candidate_evidence (~0.2 CPU s a partition at
-        # 1M episodes, a partition's first night: BENCHMARKS.md, issue 19 s26)
+    if not cited:
+        # none of them is stored yet (a partition's first night): no evidence row of theirs
+        # exists (rows are written with their candidate and deleted with it)
         con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
         con.unregister("incoming_candidates")
         con.unregister("incoming_evidence")
         return
-    # evidence: only the difference is written. A night that adds one episode to a candidate
-    # citing hundreds appends one row instead of deleting and re-inserting them all (each
-    # through the primary key and the episode index).
+    # evidence: only the difference is written. Rows of episodes a candidate no longer cites
+    # are found from what its stored body cited (usually none: a night adds episodes); every
+    # incoming row goes in through the primary key, and a stored one is rewritten only if its
+    # role, subject or content hash differ. A night that adds one episode to a candidate citing
+    # hundreds appends one row. Both steps touch only the written candidates' rows: the
+    # anti-joins this replaces read all of candidate_evidence, twice a partition (0.35-0.42 vs
+    # 0.13-0.14 CPU s on a 1.2M-row table, notes/s27-night/evmicro.py, BENCHMARKS.md s27).
+    gone = {"candidate_id": [], "episode_id": []}
+    for cand, _ in writes:
+        before = cited.get(cand.candidate_id)
+        if before:
+            dropped = sorted(before - {*cand.support_ids, *cand.counterexample_ids})
+            gone["candidate_id"].extend([cand.candidate_id] * len(dropped))
+            gone["episode_id"].extend(dropped)
+    if gone["episode_id"]:
+        con.register("gone_evidence", pa.table(gone, schema=_GONE))
+        try:
+            con.execute(
+                """DELETE FROM candidate_evidence WHERE rowid IN (
+                SELECT e.rowid FROM candidate_evidence e SEMI JOIN gone_evidence g
+                ON g.candidate_id = e.candidate_id AND g.episode_id = e.episode_id)"""
+            )
+        finally:
+            con.unregister("gone_evidence")
     con.execute(
-        f"""DELETE FROM candidate_evidence WHERE rowid IN (
-        SELECT e.rowid FROM candidate_evidence e
-        SEMI JOIN incoming_candidates c ON c.candidate_id = e.candidate_id
-        ANTI JOIN incoming_evidence i ON {_SAME_EVIDENCE})"""
-    )
-    con.execute(
-        f"""INSERT INTO candidate_evidence SELECT i.* FROM incoming_evidence i
-        ANTI JOIN candidate_evidence e ON {_SAME_EVIDENCE}"""
+        """INSERT INTO candidate_evidence SELECT * FROM incoming_evidence
+        ON CONFLICT (candidate_id, episode_id) DO UPDATE SET role = excluded.role,
+        subject_id = excluded.subject_id, content_hash = excluded.content_hash
+        WHERE candidate_evidence.role IS DISTINCT FROM excluded.role
+        OR candidate_evidence.subject_id IS DISTINCT FROM excluded.subject_id
+        OR candidate_evidence.content_hash IS DISTINCT FROM excluded.content_hash"""
     )
     con.unregister("incoming_candidates")
     con.unregister("incoming_evidence")
 
 
-_SAME_EVIDENCE = (
-    "i.candidate_id = e.candidate_id AND i.episode_id = e.episode_id AND i.role = e.role "
-    "AND i.subject_id IS NOT DISTINCT FROM e.subject_id "
-    "AND i.content_hash IS NOT DISTINCT FROM e.content_hash"
-)
+_GONE = pa.schema([("candidate_id", pa.string()), ("episode_id", pa.string())])
 
 
 def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None) -> pa.Table:
