@@ -220,21 +220,14 @@ def session_harness(factory: pytest.TempPathFactory) -> Iterator[None]:
         run_coro_as_sync(drain())
 
 
-def _group(item: pytest.Item | None) -> str | None:
-    marker = None if item is None else item.get_closest_marker("xdist_group")
-    if marker is None:
-        return None
-    return str(marker.args[0] if marker.args else marker.kwargs.get("name"))
-
-
 def stop_local_prefect_after(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Stop the local server once this process has run the last test of the unit that uses
     it (``schedule.LOCAL_PREFECT``; the schedule keeps that unit's tests together): it is
     asked for by no other test, and an idle ``prefect server start`` (its services loop)
     would otherwise burn CPU until the worker exits. A later caller starts a new one."""
-    from tests.kit.schedule import LOCAL_PREFECT
+    from tests.kit.schedule import LOCAL_PREFECT, group_of
 
-    if _proc is None or _group(item) != LOCAL_PREFECT or _group(nextitem) == LOCAL_PREFECT:
+    if _proc is None or group_of(item) != LOCAL_PREFECT or group_of(nextitem) == LOCAL_PREFECT:
         return
     global _server
     _stop()

@@ -68,14 +68,22 @@ def _file(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def group_of(item: pytest.Item | None) -> str | None:
+    """The unit a test names itself (its ``xdist_group`` marker), if any."""
+    own = None if item is None else item.get_closest_marker("xdist_group")
+    if own is None:
+        return None
+    return str(own.args[0] if own.args else own.kwargs.get("name"))
+
+
 def assign_groups(items: list[pytest.Item]) -> None:
     """Mark every test with its unit of work and put the longest files first (stable)."""
     dealt: dict[str, int] = {}
     groups: dict[str, str] = {}
     for item in items:
-        own = item.get_closest_marker("xdist_group")
+        own = group_of(item)
         if own is not None:  # a test that names its own group keeps it
-            groups[item.nodeid] = str(own.args[0] if own.args else own.kwargs.get("name"))
+            groups[item.nodeid] = own
             continue
         path = _file(item)
         split = int(getattr(item.module, "XDIST_SPLIT", 1) or 1)
