@@ -11,6 +11,7 @@ Hierarchy::
     │   ├── SchemaTooNew            metadata written by a newer memctl      (terminal)
     │   ├── DimensionMismatch       embedder dimension differs from a table (terminal)
     │   ├── EmbedderMismatch        embedder model differs from the home's  (terminal)
+    │   ├── CommitConflict          a Lance commit kept losing to another writer (transient)
     │   └── MemoryUnavailable       the Lance store cannot be reached       (transient)
     ├── PolicyRefused               a write the authority rules forbid
     ├── NotFound                    a batch, run or record id that does not exist
@@ -148,6 +149,20 @@ class MemoryUnavailable(StoreError, TransientError):
     def __init__(self, uri: str, reason: str) -> None:
         self.uri = uri
         super().__init__(f"memory unavailable at {uri}: {reason}")
+
+
+class CommitConflict(StoreError, TransientError):
+    """Another writer (an MCP server folding its saves into the indices, say) kept committing
+    to the same table first; a later attempt, by the next task retry or the next night,
+    finds the table settled."""
+
+    def __init__(self, table: str, action: str, attempts: int, reason: str) -> None:
+        self.table = table
+        self.action = action
+        self.attempts = attempts
+        super().__init__(
+            f"{action} on table {table!r} lost to a concurrent commit {attempts} times: {reason}"
+        )
 
 
 class PolicyRefused(TerminalError):

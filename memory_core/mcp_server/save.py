@@ -41,6 +41,7 @@ from memory_core.errors import MemoryCoreError, MemoryUnavailable, StoreError
 from memory_core.models import canonical_json, stable_id
 from memory_core.stages.ingest.blocks import process_chunk
 from memory_core.stages.ingest.stage import _episode_rows
+from memory_core.stores.commit_retry import is_commit_conflict
 from memory_core.stores.lance import LanceStore, sql_quote
 
 __all__ = ["AuditSpool", "SaveRefused", "SaveResult", "episode_id_for", "save_episodes"]
@@ -85,11 +86,6 @@ def episode_id_for(tenant_id: str, subject_id: str, key: str | None, record: dic
     return stable_id("mcp", tenant_id, subject_id, basis)
 
 
-def _is_conflict(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return "conflict" in text or "retry" in text or "concurrent" in text
-
-
 def _commit(lance: LanceStore, rows: pa.Table, *, retries: int) -> int:
     """One append, with backoff on commit conflicts; returns the attempts used.
 
@@ -106,7 +102,7 @@ def _commit(lance: LanceStore, rows: pa.Table, *, retries: int) -> int:
             table.add(rows, on_bad_vectors="null")  # a null vector: not embedded yet
             return attempt
         except (OSError, RuntimeError, ValueError) as exc:
-            if attempt > retries or not _is_conflict(exc):
+            if attempt > retries or not is_commit_conflict(exc):
                 raise MemoryUnavailable(lance.uri, f"writing the episode failed: {exc}") from exc
             logger.debug("save: commit conflict (attempt %d), retrying: %s", attempt, exc)
             time.sleep(delay)

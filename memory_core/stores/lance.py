@@ -16,6 +16,7 @@ import pyarrow as pa
 from lancedb.index import Bitmap, BTree
 
 from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
+from memory_core.stores.commit_retry import retry_on_commit_conflict
 from memory_core.stores.filters import in_list, sql_quote
 from memory_core.stores.schemas import FILTER_COLUMNS, ID_COLUMN, TABLES, schema_for
 
@@ -163,32 +164,40 @@ class LanceStore:
                 strict=True,
             )
         }
-        ids = sorted(fills)
-        stored = pa.concat_tables(
-            [
-                self.scan(name, where=f"({in_list(key, ids[i : i + 5000])}) AND vector IS NULL")
-                for i in range(0, len(ids), 5000)
-            ]
-        )
-        if stored.num_rows == 0:
-            return None
-        kept = stored.column(key).to_pylist()
-        full = stored.drop_columns(["embedding_version", "vector"])
-        full = full.append_column(
-            "embedding_version", pa.array([fills[i][0] for i in kept], pa.string())
-        ).append_column(
-            "vector",
-            pa.array([fills[i][1] for i in kept], table.schema.field("vector").type),
-        )
-        full = full.select(table.schema.names).cast(table.schema)
-        return (
-            table.merge_insert(key)
-            .when_matched_update_all(
-                where="target.vector IS NULL AND target.status = source.status"
-                " AND target.content_hash = source.content_hash"
+
+        def attempt() -> Any:
+            table.checkout_latest()  # read and merge against what is stored now
+            ids = sorted(fills)
+            stored = pa.concat_tables(
+                [
+                    self.scan(name, where=f"({in_list(key, ids[i : i + 5000])}) AND vector IS NULL")
+                    for i in range(0, len(ids), 5000)
+                ]
             )
-            .execute(full)
-        )
+            if stored.num_rows == 0:
+                return None
+            kept = stored.column(key).to_pylist()
+            full = stored.drop_columns(["embedding_version", "vector"])
+            full = full.append_column(
+                "embedding_version", pa.array([fills[i][0] for i in kept], pa.string())
+            ).append_column(
+                "vector",
+                pa.array([fills[i][1] for i in kept], table.schema.field("vector").type),
+            )
+            full = full.select(table.schema.names).cast(table.schema)
+            return (
+                table.merge_insert(key)
+                .when_matched_update_all(
+                    where="target.vector IS NULL AND target.status = source.status"
+                    " AND target.content_hash = source.content_hash"
+                )
+                .execute(full)
+            )
+
+        # a save appending beside the night, or an MCP server folding its saves into the
+        # indices, may commit first every time Lance retries the merge (its own loop gives up
+        # after six tries in 30 s); the whole read-and-merge again, from the latest version
+        return retry_on_commit_conflict(attempt, table=name, what="filling vectors", attempts=4)
 
     def delete(self, name: str, where: str) -> Any:
         return self.table(name).delete(where)

@@ -35,7 +35,8 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from memory_core.errors import PolicyRefused
+from memory_core.errors import CommitConflict, PolicyRefused
+from memory_core.stores.commit_retry import retry_on_commit_conflict
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.layout import compaction_options, fts_indices, segment_fts
 
@@ -135,7 +136,11 @@ def purge_versions(
     if stats.indices_rebuilt:
         ds = _dataset(store, name)
     if _has_unindexed(ds):
-        ds.optimize.optimize_indices()
+
+        def optimize() -> None:
+            _dataset(store, name).optimize.optimize_indices()
+
+        retry_on_commit_conflict(optimize, table=name, what="optimizing indices")
         stats.indices_optimized = True
         ds = _dataset(store, name)
     if not (stats.fragments_rewritten or stats.indices_optimized or stats.indices_rebuilt):
@@ -167,19 +172,32 @@ def fold_new_rows(store: LanceStore, name: str, columns: list[str]) -> int:
     ~0.06 CPU s each over a day's unindexed fragments and ~0.005 s once folded, while the
     fold itself is incremental (it indexes the new fragments only). Only the named scalar
     indices: full-text and vector indices are maintenance's (``purge_versions``)."""
-    ds = _dataset(store, name)
     wanted = {f"{column}_idx" for column in columns}
-    stale: list[str] = []
-    rows = 0
-    for index in ds.describe_indices():
-        if index.name not in wanted:
-            continue
-        unindexed = int(ds.stats.index_stats(index.name).get("num_unindexed_rows", 0))
-        if unindexed:
-            stale.append(index.name)
-            rows = max(rows, unindexed)
-    if stale:
-        ds.optimize.optimize_indices(index_names=sorted(stale))
+
+    def fold() -> int:
+        ds = _dataset(store, name)  # the latest version, again on every attempt
+        stale: list[str] = []
+        rows = 0
+        for index in ds.describe_indices():
+            if index.name not in wanted:
+                continue
+            unindexed = int(ds.stats.index_stats(index.name).get("num_unindexed_rows", 0))
+            if unindexed:
+                stale.append(index.name)
+                rows = max(rows, unindexed)
+        if stale:
+            ds.optimize.optimize_indices(index_names=sorted(stale))
+        return rows
+
+    # An MCP server folds its saves into the same indices (``mcp.index_every``). Folding only
+    # speeds up the night's scans, so a race lost every time leaves it to the next night (or
+    # the server's next refresh) rather than failing the night.
+    try:
+        rows = retry_on_commit_conflict(fold, table=name, what="folding new rows into indices")
+    except CommitConflict as exc:
+        logger.warning("%s; the scans read the unindexed rows directly", exc)
+        return 0
+    if rows:
         store.table(name).checkout_latest()
     return rows
 

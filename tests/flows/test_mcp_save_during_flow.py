@@ -53,7 +53,10 @@ def test_saves_during_a_locked_control_plane_and_a_nightly_run(ingest, settings,
     night: dict = {}
 
     def nightly() -> None:
-        night["summary"] = run_nightly(settings, now=NOW)
+        try:
+            night["summary"] = run_nightly(settings, now=NOW)
+        except BaseException as exc:  # raised again below, with its cause
+            night["error"] = exc
 
     async def run() -> tuple[list[dict], list[dict], int]:
         before, during = [], []
@@ -80,6 +83,8 @@ def test_saves_during_a_locked_control_plane_and_a_nightly_run(ingest, settings,
         return before, during, overlapped
 
     before, during, overlapped = anyio.run(run)
+    if "error" in night:  # the night's own failure, not a KeyError on its missing summary
+        raise night["error"]
     assert night["summary"]["run_id"]
     assert overlapped > 0  # saves really ran while the flow did
     assert all(r["status"] == "inserted" for r in before + during)
