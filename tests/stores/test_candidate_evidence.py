@@ -76,3 +76,39 @@ def test_evidence_after_any_sequence_of_upserts_is_the_last_versions(
         last = [_candidate("c1", history[-1][0]), _candidate("c2", history[-1][1])]
         upsert_candidates(fresh, last, run_id="r", now=NOW)
         assert _evidence(homes[0]) == _evidence(homes[1])
+
+
+# a pin's content hash and subject per episode and night: the store must not keep a row because
+# its (candidate, episode) is stored when the role, subject or hash it holds differ
+pin_versions = st.lists(st.sampled_from(["a", "b"]), min_size=len(EPISODES),
+                        max_size=len(EPISODES))  # fmt: skip
+
+
+def _pinned(cid: str, cited: list[str | None], night: int) -> Candidate:
+    """``_candidate`` whose pins go to ``candidate_evidence`` only (as the miner writes), its
+    claim naming the night so that every night's version is written (an unchanged candidate
+    is not: its content hash leaves the pins out)."""
+    claim = ClaimSpec(predicate="p", object=f"o night {night}")
+    return _candidate(cid, cited).model_copy(update={"provenance": [], "claim": claim})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=st.lists(st.tuples(version, pin_versions), min_size=2, max_size=4))
+def test_pins_in_evidence_after_any_sequence_of_upserts_are_the_last_versions(
+    history: list[tuple[list[str | None], list[str]]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        homes = Path(tmp) / "incremental", Path(tmp) / "fresh"
+        meta = open_stores(load_settings(home=homes[0], embed={"model": "hash"})).meta
+
+        def pins(variant: list[str]) -> dict[str, tuple[str | None, str | None]]:
+            return {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+
+        for night, (cited, variant) in enumerate(history):
+            upsert_candidates(meta, [_pinned("c1", cited, night)], run_id=f"r{night}", now=NOW,
+                              pins=pins(variant))  # fmt: skip
+        fresh = open_stores(load_settings(home=homes[1], embed={"model": "hash"})).meta
+        cited, variant = history[-1]
+        last = _pinned("c1", cited, len(history) - 1)
+        upsert_candidates(fresh, [last], run_id="r", now=NOW, pins=pins(variant))
+        assert _evidence(homes[0]) == _evidence(homes[1])
