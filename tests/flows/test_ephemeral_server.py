@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.prefect import seed_database
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
@@ -38,6 +40,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
 def test_ephemeral_server_exits_when_its_command_is_killed(tmp_path):
+    seed_database(tmp_path / "prefect")  # its PREFECT_HOME: a migrated database (kit/prefect.py)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(
         PYTHONPATH=str(ROOT),

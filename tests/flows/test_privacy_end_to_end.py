@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.kit import forkserver
-from tests.kit.prefect import LocalPrefect, _free_port, _healthy
+from tests.kit.prefect import LocalPrefect, _free_port, _healthy, seed_database
 
 # no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
 # `memctl serve` and `review wait` open the home
@@ -168,6 +168,7 @@ def test_forgetting_reaches_prefect_and_every_byte_under_the_home(tmp_path: Path
     home = tmp_path / "home"
     server = LocalPrefect(api_url=f"http://127.0.0.1:{_free_port()}/api", home=home / "prefect")
     server.home.mkdir(parents=True)
+    seed_database(server.home)  # a migrated database, no run in it: kit/prefect.py
     env = server.env(MEMCTL_HOME=str(home))
     logs = tmp_path / "logs"
     logs.mkdir()

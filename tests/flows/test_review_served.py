@@ -49,7 +49,7 @@ from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch, set_flow_run
 from tests.kit import forkserver
-from tests.kit.prefect import local_prefect
+from tests.kit.prefect import local_prefect, seed_database
 from tests.kit.schedule import LOCAL_PREFECT
 
 # no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
@@ -311,6 +311,9 @@ def _submit_form_in_browser(chromium: str, base: str, run_id: str, api: Api) -> 
 def test_serve_with_its_own_server_review_form_in_a_browser(tmp_path: Path) -> None:
     chromium = _chromium()
     home, (batch_id,) = _home(tmp_path, {"team-a": "Jin"})
+    # where memctl serve's own server keeps its database (cli_support.prefect_env): migrated
+    # already, so that server skips Prefect's migrations (kit/prefect.py seed_database)
+    seed_database(home / "prefect")
     port = _port()
     base = f"http://127.0.0.1:{port}"
     api = Api(f"{base}/api")

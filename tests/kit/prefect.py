@@ -16,6 +16,10 @@
   after the last test of the unit that uses it (``stop_local_prefect_after``, from
   tests/conftest.py) and always at exit (its process group is killed). For schedules and
   ``memctl serve``.
+* ``seed_database``: a copy of the run's freshly migrated database (the harness server's, as
+  it first became healthy) for any other server a test starts (``local_prefect``, a test's
+  own ``prefect server start``, ``memctl serve``'s, an ephemeral one): Prefect's migrations
+  then run once per run instead of once per server.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import atexit
 import fcntl
 import inspect
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,6 +77,9 @@ class LocalPrefect:
 
 _server: LocalPrefect | None = None
 _proc: subprocess.Popen[bytes] | None = None
+# the run's migrated Prefect database (seed_database), next to the harness server's own
+TEMPLATE_DB = "template.db"
+_template: Path | None = None  # set once this process has found or started that server
 
 
 def _free_port() -> int:
@@ -131,8 +139,10 @@ def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
     lock in the run's temporary root, tests/kit/once.py), found healthy by the others."""
     from prefect.settings import get_current_settings
 
+    global _template
     root = session_root(factory) / "harness-prefect"
     root.mkdir(parents=True, exist_ok=True)
+    _template = root / TEMPLATE_DB
     found = root / "api_url"
     with (root / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -170,6 +180,8 @@ def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline and proc.poll() is None:
             if _healthy(api_url):
+                # before any test uses it: its database is migrated and holds no run yet
+                _copy_sqlite(root / "prefect.db", root / TEMPLATE_DB)
                 found.write_text(api_url)
                 return api_url
             time.sleep(0.2)
@@ -178,6 +190,37 @@ def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
         tail = (root / "server.log").read_text(errors="replace")[-2000:]
         pytest.fail(f"the harness Prefect server did not become healthy:\n{tail}")
         raise AssertionError  # unreachable
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite database a server has open (SQLite's backup API, not a
+    file copy: the server may be writing its WAL)."""
+    import sqlite3
+
+    partial = target.with_name(target.name + ".partial")
+    src, dst = sqlite3.connect(source), sqlite3.connect(partial)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    partial.rename(target)
+
+
+def seed_database(prefect_home: Path) -> bool:
+    """Give a Prefect server about to start in ``prefect_home`` (its default database,
+    ``<PREFECT_HOME>/prefect.db``) a copy of the run's freshly migrated database, so it does
+    not run Prefect's ~100 migrations itself (~6 of its ~13 CPU s to become healthy, s28).
+    The copy is the harness server's database taken when it first became healthy: the schema
+    at head and Prefect's registered block types, no flow run. What a test then reads from
+    that server is what it wrote itself. False (nothing copied: the server migrates as
+    usual) without xdist (the harness is then Prefect's own) or outside tests/flows."""
+    target = prefect_home / "prefect.db"
+    if _template is None or not _template.exists() or target.exists():
+        return False
+    prefect_home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_template, target)
+    return True
 
 
 @contextmanager
@@ -255,6 +298,7 @@ def local_prefect(tmp_root: Path) -> LocalPrefect:
     port = _free_port()
     home = tmp_root / "prefect-server"
     home.mkdir(parents=True, exist_ok=True)
+    seed_database(home)
     server = LocalPrefect(api_url=f"http://127.0.0.1:{port}/api", home=home)
     log = (home / "server.log").open("wb")
     prefect = Path(sys.executable).with_name("prefect")
