@@ -20,7 +20,8 @@ typer and lancedb's generated models before it does anything, and the suite star
   fresh;
 * modules may read the environment when imported, so there is one server per environment
   (all but ``MEMCTL_*``, ``ANTHROPIC_*`` and ``PYTEST_*``, which only our code, the SDK and
-  pytest read, at run time), started with it; Prefect is preloaded only on request (see ``PREFECT_PRELOAD``).
+  pytest read, at run time, and Prefect's ``PREFECT_*`` unless Prefect is preloaded), started
+  with it; Prefect is preloaded only on request (see ``PREFECT_PRELOAD``).
 
 Anything else (``Popen``, a command line this does not recognise) is left to ``subprocess``.
 ``MEMCTL_TEST_FORKSERVER=0`` turns the server off: every call then is ``subprocess.run``.
@@ -94,6 +95,10 @@ PREFECT_ENV_SET_BY_MEMCTL = (
 # read when a command runs, never by the preloaded modules at import (PYTEST_CURRENT_TEST
 # names the running test): the rest of the environment is part of a server's identity
 RUNTIME_ENV_PREFIXES = ("MEMCTL_", "ANTHROPIC_", "PYTEST_")
+# and, for a server that does not preload Prefect, what only Prefect reads (at its import, in
+# the child): tests that give each command its own PREFECT_HOME or PREFECT_API_URL (a server
+# of their own) then share one fork server instead of starting one each (~5 CPU s apiece)
+PREFECT_ENV_PREFIXES = ("PREFECT_",)
 START_TIMEOUT_S = 120.0
 MAX_SERVERS = 3  # per test process (each holds ~150-250 MB, mostly shared with its children)
 
@@ -344,8 +349,8 @@ def _server(env: Mapping[str, str], preload_prefect: bool) -> _Server:
             msg = f"preload_prefect needs {missing} set and text logs (PREFECT_PRELOAD)"
             raise ValueError(msg)
         modules = PRELOAD + PREFECT_PRELOAD
-    key = (modules, tuple(sorted((k, v) for k, v in env.items()
-                                 if not k.startswith(RUNTIME_ENV_PREFIXES))))  # fmt: skip
+    runtime = RUNTIME_ENV_PREFIXES + (() if preload_prefect else PREFECT_ENV_PREFIXES)
+    key = (modules, tuple(sorted((k, v) for k, v in env.items() if not k.startswith(runtime))))
     with _lock:
         server = _servers.pop(key, None)
         if server is None or not server.alive():
