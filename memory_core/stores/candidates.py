@@ -76,7 +76,8 @@ _WANTED_ROWS = (
 # The evidence rows of the candidates in ``wanted_ids``, found the same way: the id column is
 # joined, the outer scan reads the other columns only of the row groups holding them. A semi
 # join reading every column of every row cost 0.15 CPU s per partition's ~140 candidates on a
-# 1.2M-row table (the 1M shape); this 0.02 (notes/s28-night/evdiff3.py, BENCHMARKS.md s28).
+# 1.2M-row table (the 1M shape), this 0.02-0.03 (notes/s28-night/evdiff2.py, evdiff3.py;
+# BENCHMARKS.md s28).
 _WANTED_EVIDENCE = (
     "SELECT e.rowid FROM candidate_evidence e JOIN wanted_ids w ON e.candidate_id = w.candidate_id"
 )
@@ -245,13 +246,6 @@ def _write(
             )
         finally:
             con.unregister("gone_evidence")
-    # ... and of the incoming rows only those not stored exactly so go through the primary
-    # key: a touched candidate citing ~100 episodes brings ~100 rows, of which a night adds
-    # one. The upsert of every row cost 0.21 CPU s per partition on the 1M shape's 1.2M-row
-    # table (its conflict checks), the read of the stored rows and this difference ~0.03.
-    evidence = _not_stored(con, evidence, [c.candidate_id for c, _ in writes])
-    con.unregister("incoming_evidence")
-    con.register("incoming_evidence", evidence)
     con.execute(
         """INSERT INTO candidate_evidence SELECT * FROM incoming_evidence
         ON CONFLICT (candidate_id, episode_id) DO UPDATE SET role = excluded.role,
@@ -265,26 +259,6 @@ def _write(
 
 
 _GONE = pa.schema([("candidate_id", pa.string()), ("episode_id", pa.string())])
-
-_EVIDENCE_COLUMNS = ("candidate_id", "episode_id", "role", "subject_id", "content_hash")
-
-
-def _not_stored(con: Any, evidence: pa.Table, ids: list[str]) -> pa.Table:
-    """The rows of ``evidence`` (of the candidates ``ids``) that ``candidate_evidence`` does not
-    hold with the same role, subject and content hash: new rows and changed ones."""
-    if evidence.num_rows == 0:
-        return evidence
-    with _wanted_ids(con, ids):
-        stored = con.execute(
-            f"SELECT {', '.join(_EVIDENCE_COLUMNS)} FROM candidate_evidence "
-            f"WHERE rowid IN ({_WANTED_EVIDENCE})"
-        ).fetchall()
-    if not stored:
-        return evidence
-    have = set(stored)
-    rows = zip(*(evidence.column(name).to_pylist() for name in _EVIDENCE_COLUMNS), strict=True)
-    keep = [row not in have for row in rows]
-    return evidence.filter(pa.array(keep, pa.bool_()))
 
 
 def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None) -> pa.Table:
