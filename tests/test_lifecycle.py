@@ -91,7 +91,7 @@ _OTHER_ROW_WRITERS = {
     "memory_core/stores/facts.py:write_versions": "the merge primitive write_status uses",
     "memory_core/stores/lance.py:upsert": "the primitive",
     "memory_core/stores/lance.py:insert_new": "appends new rows (created)",
-    "memory_core/stores/lance.py:fill_vectors": "vectors only; merges only rows whose status is unchanged",
+    "memory_core/stores/lance.py:merge_fills": "fill_vectors: vectors only, merges only rows whose status is unchanged",
 }
 
 

@@ -165,7 +165,7 @@ class LanceStore:
             )
         }
 
-        def attempt() -> Any:
+        def merge_fills() -> Any:
             table.checkout_latest()  # read and merge against what is stored now
             ids = sorted(fills)
             stored = pa.concat_tables(
@@ -197,7 +197,7 @@ class LanceStore:
         # a save appending beside the night, or an MCP server folding its saves into the
         # indices, may commit first every time Lance retries the merge (its own loop gives up
         # after six tries in 30 s); the whole read-and-merge again, from the latest version
-        return retry_on_commit_conflict(attempt, table=name, what="filling vectors", attempts=4)
+        return retry_on_commit_conflict(merge_fills, table=name, what="filling vectors", attempts=4)
 
     def delete(self, name: str, where: str) -> Any:
         return self.table(name).delete(where)
