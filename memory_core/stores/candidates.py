@@ -108,17 +108,12 @@ def upsert_candidates(
         )
         try:
             found = con.execute(
-                "SELECT candidate_id, status, content_hash, body->>'$.status', "
-                "json_extract_string(body, '$.support_ids[*]'), "
-                "json_extract_string(body, '$.counterexample_ids[*]') FROM candidates "
+                "SELECT candidate_id, status, content_hash, body->>'$.status' FROM candidates "
                 f"WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         finally:
             con.unregister("wanted_ids")
         existing = {row[0]: row[1:4] for row in found}
-        # what each stored candidate cites: its evidence rows are among these (every writer of
-        # candidate_evidence writes a body's cited episodes, and forgetting only deletes rows)
-        cited = {row[0]: {*(row[4] or ()), *(row[5] or ())} for row in found}
         writes: list[tuple[Candidate, str]] = []
         for cid, cand in incoming.items():
             chash = cand.content_hash()
@@ -146,7 +141,8 @@ def upsert_candidates(
             counts["updated"] += 1
             writes.append((cand, chash))
         if writes:
-            _write(con, writes, run_id=run_id, now=now, cited=cited, pins=pins)
+            stored = [c.candidate_id for c, _ in writes if c.candidate_id in existing]
+            _write(con, writes, run_id=run_id, now=now, stored=stored, pins=pins)
             moved = {
                 c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
             }
@@ -179,10 +175,11 @@ def _write(
     *,
     run_id: str,
     now: datetime,
-    cited: Mapping[str, set[str]],
+    stored: list[str],
     pins: EpisodePins | None = None,
 ) -> None:
-    """``cited``: the episodes each written candidate's stored body cites (none if new)."""
+    """``stored``: the ids of the written candidates already stored (their evidence rows may
+    exist; a candidate not stored has none: rows are written with it and deleted with it)."""
     rows = pa.table(
         {
             "candidate_id": [c.candidate_id for c, _ in writes],
@@ -215,50 +212,65 @@ def _write(
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
         updated_at = excluded.updated_at"""
     )
-    if not cited:
-        # none of them is stored yet (a partition's first night): no evidence row of theirs
-        # exists (rows are written with their candidate and deleted with it)
+    if stored:
+        _replace_evidence(con, evidence, stored)
+    else:
+        # a partition's first night: none of them is stored, nor any evidence row of theirs
         con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
-        con.unregister("incoming_candidates")
-        con.unregister("incoming_evidence")
-        return
-    # evidence: only the difference is written. Rows of episodes a candidate no longer cites
-    # are found from what its stored body cited (usually none: a night adds episodes); every
-    # incoming row goes in through the primary key, and a stored one is rewritten only if its
-    # role, subject or content hash differ. A night that adds one episode to a candidate citing
-    # hundreds appends one row. Both steps touch only the written candidates' rows: the
-    # anti-joins this replaces read all of candidate_evidence, twice a partition (0.35-0.42 vs
-    # 0.13-0.14 CPU s on a 1.2M-row table, notes/s27-night/evmicro.py, BENCHMARKS.md s27).
-    gone = {"candidate_id": [], "episode_id": []}
-    for cand, _ in writes:
-        before = cited.get(cand.candidate_id)
-        if before:
-            dropped = sorted(before - {*cand.support_ids, *cand.counterexample_ids})
-            gone["candidate_id"].extend([cand.candidate_id] * len(dropped))
-            gone["episode_id"].extend(dropped)
-    if gone["episode_id"]:
-        con.register("gone_evidence", pa.table(gone, schema=_GONE))
-        try:
-            con.execute(
-                """DELETE FROM candidate_evidence WHERE rowid IN (
-                SELECT e.rowid FROM candidate_evidence e SEMI JOIN gone_evidence g
-                ON g.candidate_id = e.candidate_id AND g.episode_id = e.episode_id)"""
-            )
-        finally:
-            con.unregister("gone_evidence")
-    con.execute(
-        """INSERT INTO candidate_evidence SELECT * FROM incoming_evidence
-        ON CONFLICT (candidate_id, episode_id) DO UPDATE SET role = excluded.role,
-        subject_id = excluded.subject_id, content_hash = excluded.content_hash
-        WHERE candidate_evidence.role IS DISTINCT FROM excluded.role
-        OR candidate_evidence.subject_id IS DISTINCT FROM excluded.subject_id
-        OR candidate_evidence.content_hash IS DISTINCT FROM excluded.content_hash"""
-    )
     con.unregister("incoming_candidates")
     con.unregister("incoming_evidence")
 
 
-_GONE = pa.schema([("candidate_id", pa.string()), ("episode_id", pa.string())])
+_EVIDENCE_COLUMNS = ("candidate_id", "episode_id", "role", "subject_id", "content_hash")
+
+
+def _replace_evidence(con: Any, evidence: pa.Table, stored: list[str]) -> None:
+    """Make the evidence rows of the candidates ``stored`` (already stored, rewritten now) and
+    of the new ones in ``evidence`` exactly ``evidence``, writing only the difference.
+
+    The stored rows of those candidates are read by row id; a stored row the incoming rows do
+    not hold as it is (an episode no longer cited, or cited with another role, subject or
+    content hash) is deleted by row id, and only incoming rows not stored as they are go in, by
+    a plain append. ``candidate_evidence`` has no primary key (migration 10): this difference
+    is what keeps one row per (candidate, episode). An ``INSERT ... ON CONFLICT`` through the
+    key made DuckDB load the key's index buffers from disk on every partition's write, however
+    few rows were new (a partition's candidate ids are spread over the whole 1.2M-key index at
+    1M episodes: 12% of the 1% night's partition time, BENCHMARKS.md s28)."""
+    with _wanted_ids(con, stored):
+        have = con.execute(
+            f"SELECT rowid, {', '.join(_EVIDENCE_COLUMNS)} FROM candidate_evidence "
+            f"WHERE rowid IN ({_WANTED_EVIDENCE})"
+        ).fetchall()
+    if not have:
+        con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
+        return
+    columns = (evidence.column(name).to_pylist() for name in _EVIDENCE_COLUMNS)
+    rows = list(zip(*columns, strict=True))
+    incoming = set(rows)
+    kept: set[tuple[Any, ...]] = set()
+    gone: list[int] = []
+    for rowid, *row in have:
+        key = tuple(row)
+        if key in incoming and key not in kept:
+            kept.add(key)
+        else:  # not cited so any more, or a duplicate (none are written; cheap to drop)
+            gone.append(rowid)
+    if gone:
+        con.register("gone_evidence", pa.table({"row_id": pa.array(gone, pa.int64())}))
+        try:
+            con.execute(
+                "DELETE FROM candidate_evidence WHERE rowid IN (SELECT row_id FROM gone_evidence)"
+            )
+        finally:
+            con.unregister("gone_evidence")
+    if kept:
+        evidence = evidence.filter(pa.array([row not in kept for row in rows], pa.bool_()))
+    if evidence.num_rows:
+        con.register("new_evidence", evidence)
+        try:
+            con.execute("INSERT INTO candidate_evidence SELECT * FROM new_evidence")
+        finally:
+            con.unregister("new_evidence")
 
 
 def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None) -> pa.Table:

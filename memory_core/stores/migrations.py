@@ -204,4 +204,25 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "ALTER TABLE candidate_evidence ADD COLUMN content_hash VARCHAR",
         ],
     ),
+    (
+        10,
+        [
+            # candidate_evidence without its primary key and episode index: the upsert writes
+            # only the difference to a candidate's stored rows (stores/candidates.py,
+            # _replace_evidence), which keeps one row per (candidate, episode) by itself. Each
+            # write through the key made DuckDB load the key's index from disk (a night's
+            # candidate ids span the whole 1.2M-key index at 1M episodes), and the episode
+            # index was read by nothing (its readers join or filter, which scan). DuckDB
+            # cannot drop a primary key in place, so the table is copied.
+            """CREATE TABLE candidate_evidence_unkeyed (
+                candidate_id VARCHAR NOT NULL, episode_id VARCHAR NOT NULL,
+                role VARCHAR NOT NULL, subject_id VARCHAR, content_hash VARCHAR)""",
+            """INSERT INTO candidate_evidence_unkeyed
+                SELECT candidate_id, episode_id, role, subject_id, content_hash
+                FROM candidate_evidence ORDER BY candidate_id, episode_id""",
+            "DROP INDEX candidate_evidence_episode",
+            "DROP TABLE candidate_evidence",
+            "ALTER TABLE candidate_evidence_unkeyed RENAME TO candidate_evidence",
+        ],
+    ),
 ]

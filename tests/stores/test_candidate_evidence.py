@@ -112,3 +112,31 @@ def test_pins_in_evidence_after_any_sequence_of_upserts_are_the_last_versions(
         last = _pinned("c1", cited, len(history) - 1)
         upsert_candidates(fresh, [last], run_id="r", now=NOW, pins=pins(variant))
         assert _evidence(homes[0]) == _evidence(homes[1])
+
+
+def test_evidence_written_before_the_key_was_dropped_is_kept_and_rewritten_once() -> None:
+    """Migration 10 copies ``candidate_evidence`` without its primary key: rows written before
+    it are all still read, and a later upsert leaves one row per cited episode, as a fresh store
+    holds them (the difference, not the key, keeps rows unique from then on)."""
+    from memory_core.stores.meta import MetaStore
+
+    first = ["support", "support", "counterexample", None, None, "support", None, None]
+    later = ["support", None, "counterexample", "support", None, "support", None, "support"]
+    with tempfile.TemporaryDirectory() as tmp:
+        old = MetaStore(Path(tmp) / "old.duckdb")
+        old.migrate(target=9)
+        upsert_candidates(old, [_candidate("c1", first)], run_id="r0", now=NOW)
+        with old.connect() as con:
+            before = con.execute("SELECT * FROM candidate_evidence ORDER BY ALL").fetchall()
+        old.migrate()
+        with old.connect() as con:
+            after = con.execute("SELECT * FROM candidate_evidence ORDER BY ALL").fetchall()
+        assert after == before and len(before) == 4
+        upsert_candidates(old, [_candidate("c1", later)], run_id="r1", now=NOW)
+        fresh = MetaStore(Path(tmp) / "fresh.duckdb")
+        fresh.migrate()
+        upsert_candidates(fresh, [_candidate("c1", later)], run_id="r", now=NOW)
+        with old.connect() as a, fresh.connect() as b:
+            query = "SELECT * FROM candidate_evidence ORDER BY ALL"
+            assert a.execute(query).fetchall() == b.execute(query).fetchall()
+            assert a.execute("SELECT count(*) FROM candidate_evidence").fetchone() == (5,)
