@@ -19,7 +19,7 @@ from memory_core.embed import HashEmbedder
 from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stores import Stores, open_stores
 from tests.kit.duckdb_instances import kept_for_this_test
-from tests.kit.schedule import assign_groups
+from tests.kit.schedule import assign_groups, name_units_in_node_ids
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 
@@ -32,10 +32,15 @@ hypothesis_settings.register_profile(
 hypothesis_settings.load_profile("memctl")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker names the groups in the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Units of work for the xdist workers: tests/kit/schedule.py."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Iterator[None]:
+    """Units of work for the xdist workers (tests/kit/schedule.py): named before xdist's
+    worker reads them into the node ids, and put there after it if its write did not take."""
     assign_groups(items)
+    yield
+    name_units_in_node_ids(config, items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,6 +13,14 @@ because with two workers the longest file bounds the wall time:
   share one expensive per-process server (``LOCAL_PREFECT``); FIRST may name it too.
 
 Nothing here changes what a test does or asserts; ``-n 0`` runs everything in one process.
+
+xdist hands a worker's tests to the scheduler as node ids and ``--dist loadgroup`` reads the
+unit from an ``@<group>`` suffix that its worker adds (``item._nodeid``). pytest 9.2 keeps a
+node id in ``item._id`` (a structured ``NodeId``), so that write is lost, the suffix never
+appears and every test was scheduled alone, as with ``--dist load`` (pytest-xdist issue
+#1386): a file's module fixtures were built once per worker that took one of its tests and
+``LOCAL_PREFECT``'s server started on every worker. ``name_units_in_node_ids`` adds the
+suffix where xdist's own write did not take.
 """
 
 from __future__ import annotations
@@ -74,6 +82,21 @@ def group_of(item: pytest.Item | None) -> str | None:
     if own is None:
         return None
     return str(own.args[0] if own.args else own.kwargs.get("name"))
+
+
+def name_units_in_node_ids(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker under ``--dist loadgroup``, after xdist's own hook: each test's
+    node id ends with ``@<its group>``, which the scheduler reads as its unit (module
+    docstring). A node id that already has it (an older pytest, a fixed xdist) is kept."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId  # pytest >= 9.2: where a node id lives
+
+    for item in items:
+        group = group_of(item)
+        if group is None or item.nodeid.endswith(f"@{group}"):
+            continue
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 def assign_groups(items: list[pytest.Item]) -> None:
