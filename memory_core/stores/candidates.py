@@ -146,7 +146,10 @@ def upsert_candidates(
             moved = {
                 c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
             }
-            write_status(None, MetaStatuses(con, moved), at=now, run_id=run_id)
+            # statuses as read above (_write sets no status); bodies written with the new one
+            was = {cid: existing[cid][0] for cid in moved}
+            change = MetaStatuses(con, moved, stored=was, body_written=True)
+            write_status(None, change, at=now, run_id=run_id)
     return counts
 
 

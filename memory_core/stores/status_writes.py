@@ -85,11 +85,19 @@ class MetaStatuses:
     """New status per record id of a DuckDB ``table``, written in the transaction of ``con``.
 
     Ids that are not stored are skipped (their caller found nothing to change either).
+    ``stored``: the records' statuses as the caller read them in this transaction (it wrote
+    no status since), so they are not read again; ``body_written``: the caller wrote each
+    candidate's body with its new status in this transaction, so only the status column is
+    set. Why: the miner's upsert reads the statuses and writes the bodies of a partition's
+    ~150 rewritten candidates anyway; reading the statuses again and patching each ~10 KB
+    body a second time was ~5 of the 1M 1% night's ~100 thread seconds (BENCHMARKS.md s30).
     """
 
     con: duckdb.DuckDBPyConnection
     to: Mapping[str, str]
     table: str = "candidates"
+    stored: Mapping[str, str] | None = None
+    body_written: bool = False
 
 
 # DuckDB tables whose rows carry a status: (record kind, id column).
@@ -177,6 +185,8 @@ def _plan_meta(change: MetaStatuses) -> list[tuple[str, str | None, str]]:
     ids = sorted(change.to)
     if not ids:
         return []
+    if change.stored is not None:
+        return _checked(kind, ids, change.to, change.stored)
     # a join, not list_contains over the table (a full scan: ~40 s at 1M candidates)
     change.con.register("_status_ids", pa.table({"record_id": pa.array(ids, pa.string())}))
     try:
@@ -188,11 +198,18 @@ def _plan_meta(change: MetaStatuses) -> list[tuple[str, str | None, str]]:
         )
     finally:
         change.con.unregister("_status_ids")
+    return _checked(kind, ids, change.to, stored)
+
+
+def _checked(
+    kind: str, ids: Sequence[str], to: Mapping[str, str], stored: Mapping[str, str]
+) -> list[tuple[str, str | None, str]]:
+    """(id, stored status, new status) of the stored ``ids``, each transition checked."""
     out: list[tuple[str, str | None, str]] = []
     for cid in ids:
         if cid not in stored:
             continue
-        new = str(change.to[cid])
+        new = str(to[cid])
         check_transition(kind, cid, stored[cid], new)
         out.append((cid, stored[cid], new))
     return out
@@ -207,7 +224,9 @@ def _write_meta(
     _, id_col = META_KINDS[change.table]
     data = pa.table({"record_id": [c for c, _ in moved], "status": [n for _, n in moved]})
     also, params = "", []
-    if change.table == "candidates":  # the body JSON repeats the status
+    if change.table == "candidates" and change.body_written:
+        also, params = ", updated_at = ?", [at]  # the body was written with the new status
+    elif change.table == "candidates":  # the body JSON repeats the status
         also = ", updated_at = ?, body = json_merge_patch(body, json_object('status', o.status))"
         params = [at]
     change.con.register("_status_changes", data)

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from memory_core.embed import HashEmbedder
 from memory_core.lifecycle import TRANSITIONS, IllegalTransition, allowed
-from memory_core.stores.status_writes import AUDIT_ACTION, InPlace, RowVersions, write_status
+from memory_core.models import Authority, Candidate, CandidateKind, CandidateStatus, ProcedureSpec
+from memory_core.stores.candidates import get_candidates, set_candidate_status, upsert_candidates
+from memory_core.stores.status_writes import (
+    AUDIT_ACTION,
+    InPlace,
+    MetaStatuses,
+    RowVersions,
+    write_status,
+)
 from tests.recall_rows import make_row, write_rows
 
 NOW = datetime(2026, 7, 2, tzinfo=UTC)
@@ -112,3 +120,45 @@ def test_random_walks_write_legal_steps_and_refuse_illegal_ones(facts, walk):
             with pytest.raises(IllegalTransition):
                 write_status(facts, InPlace("facts", where, was=(status,), to=new), at=NOW)
         assert _statuses(facts)["W"] == status
+
+
+def _mined(cid: str, support: list[str], status: CandidateStatus) -> Candidate:
+    return Candidate(
+        candidate_id=cid, kind=CandidateKind.procedural, tenant_id="acme", subject_id=None,
+        namespace="it", procedure=ProcedureSpec(name="n", steps=["a", "b"]),
+        support_ids=support, counterexample_ids=[], confidence=0.5, status=status,
+        authority=Authority.none, text=f"{len(support)} runs",
+    )  # fmt: skip
+
+
+def test_a_rewritten_candidate_moves_once_with_body_and_column_agreeing(stores):
+    """The miner's upsert passes the statuses it read and bodies it wrote with the new status
+    (``MetaStatuses.stored``, ``body_written``): a scored candidate whose evidence grew goes
+    back to pending_score in its column and its body alike, a decided one keeps its status,
+    an unchanged status is not audited, and an illegal move still writes nothing."""
+    meta = stores.meta
+    first = [_mined("c1", ["e1", "e2"], CandidateStatus.pending_score),
+             _mined("c2", ["e1", "e2"], CandidateStatus.pending_score),
+             _mined("c3", ["e1", "e2"], CandidateStatus.pending_score)]  # fmt: skip
+    upsert_candidates(meta, first, run_id="r1", now=NOW)
+    scored = {c: (CandidateStatus.pending_review, "scored") for c in ("c1", "c2")}
+    set_candidate_status(meta, scored, now=NOW)
+    set_candidate_status(meta, {"c2": (CandidateStatus.approved, "ok")}, now=NOW)
+    before = len(_audits(stores))
+    grown = [
+        _mined(c, ["e1", "e2", "e3"], CandidateStatus.pending_score) for c in ("c1", "c2", "c3")
+    ]
+    upsert_candidates(meta, grown, run_id="r2", now=NOW)
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT candidate_id, status, body->>'$.status', json_array_length(body, '$.support_ids') "
+            "FROM candidates ORDER BY candidate_id"
+        ).fetchall()
+    assert rows == [("c1", "pending_score", "pending_score", 3), ("c2", "approved", "approved", 3),
+                    ("c3", "pending_score", "pending_score", 3)]  # fmt: skip
+    audits = _audits(stores)[before:]
+    assert [counts for _, counts in audits] == [{"pending_review->pending_score": 1}]
+    with meta.transaction() as con, pytest.raises(IllegalTransition):
+        write_status(None, MetaStatuses(con, {"c2": "pending_score"}, stored={"c2": "approved"},
+                                        body_written=True), at=NOW)  # fmt: skip
+    assert get_candidates(meta, ["c2"])[0].status == CandidateStatus.approved
