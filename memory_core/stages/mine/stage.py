@@ -30,6 +30,7 @@ import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +212,27 @@ def _claim_rows(table: Any) -> list[dict[str, Any]]:
     return rows
 
 
+class _Pins(Mapping[str, tuple[str | None, str | None]]):
+    """(content hash, subject) by episode id, looked up when asked: the upsert reads the pins
+    of the episodes its written candidates cite only, and a dict of every re-mined episode's
+    (~9k a partition) was ~3% of the 1M 1% night's partition time (BENCHMARKS.md s30)."""
+
+    def __init__(
+        self, index: dict[str, int], content_hash: list[str | None], subject_id: list[str | None]
+    ) -> None:
+        self._index, self._hash, self._subject = index, content_hash, subject_id
+
+    def __getitem__(self, episode_id: str) -> tuple[str | None, str | None]:
+        at = self._index[episode_id]
+        return self._hash[at], self._subject[at]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
 @dataclass(frozen=True)
 class _Evidence:
     """The episodes of the units mined this run, as columns, and their groups by unit.
@@ -218,7 +240,9 @@ class _Evidence:
     Why columns: a partition of 10k episodes was 10k dicts built and read once each; mining
     decides per group of episodes it cannot tell apart (``EpisodeGroup``) and needs a few
     fields of the few episodes a candidate cites (its pins, its support's actions and goals),
-    so those are looked up by position.
+    so those are looked up by position. An episode's actions are its group's (one list per
+    group, from the group-by: converting the actions column per episode was ~70% of turning
+    a partition's columns into lists).
     """
 
     groups: dict[str, list[EpisodeGroup]]  # by unit key, units in key order
@@ -227,7 +251,7 @@ class _Evidence:
     subject_id: list[str | None]
     content_hash: list[str | None]
     goal: list[str | None]
-    actions: list[list[str] | None]
+    actions: dict[str, list[str]]  # by episode id: its group's action list
 
     @classmethod
     def of(cls, table: Any, units: pl.DataFrame, settings: Settings, namespace: str) -> _Evidence:
@@ -238,23 +262,21 @@ class _Evidence:
         def col(name: str) -> list[Any]:
             return table.column(name).to_pylist()
 
-        ids, subjects, actions = col("episode_id"), col("subject_id"), col("actions")
+        ids, subjects = col("episode_id"), col("subject_id")
         index = {eid: i for i, eid in enumerate(ids)}
-        groups, clusters = _groups(table, units, settings, namespace)
+        groups, clusters, actions = _groups(table, units, settings, namespace)
         return cls(groups, clusters, index, subjects, col("content_hash"), col("goal"), actions)
 
-    def pins(self) -> dict[str, tuple[str | None, str | None]]:
+    def pins(self) -> _Pins:
         """(content hash, subject) of each episode by id: the evidence pins of the candidates
         mined from them, which ``upsert_candidates`` keeps in ``candidate_evidence`` only
         (``stores/candidates.PINS_IN_EVIDENCE``). A partition's candidates cite ~1 episode per
         episode (~10k per 10k partition): one ``Provenance`` object per cited episode, built
         and validated each night a unit was touched, was ~30% of a 1% night's partition CPU."""
-        return dict(
-            zip(self.index, zip(self.content_hash, self.subject_id, strict=True), strict=True)
-        )
+        return _Pins(self.index, self.content_hash, self.subject_id)
 
     def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
-        return [self.actions[self.index[e]] or [] for e in ids]
+        return [self.actions[e] for e in ids]
 
     def goals_of(self, ids: tuple[str, ...]) -> list[tuple[str, str]]:
         """(goal, subject) of each episode: what names the problem (``_problem``)."""
@@ -264,11 +286,12 @@ class _Evidence:
 
 def _groups(
     table: Any, units: pl.DataFrame, settings: Settings, namespace: str
-) -> tuple[dict[str, list[EpisodeGroup]], dict[str, list[str]]]:
+) -> tuple[dict[str, list[EpisodeGroup]], dict[str, list[str]], dict[str, list[str]]]:
     """Each unit's episodes (``table`` in id order) grouped by (actions, outcome, conditions
     text), in polars: the per-episode work is a group-by, not a Python loop. Each distinct
     action list is patterned once and each distinct conditions text parsed once (one shared
-    object: ``counterexamples._weighted`` tells objects apart by identity)."""
+    object: ``counterexamples._weighted`` tells objects apart by identity). Also each grouped
+    episode's actions (its group's list), by episode id."""
     frame = pl.from_arrow(
         table.select(["episode_id", "subject_id", "session_id", "actions", "outcome",
                       "conditions"])
@@ -294,7 +317,9 @@ def _groups(
     patterns: dict[tuple[str, ...], tuple[str, ...]] = {}
     parsed: dict[str | None, dict[str, str]] = {}
     out: dict[str, list[EpisodeGroup]] = {}
+    actions: dict[str, list[str]] = {}
     for unit, acts, result, cond, ids, subjects, sessions in rows.iter_rows():
+        actions.update(dict.fromkeys(ids, acts or []))
         key = tuple(acts or ())
         pattern = patterns.get(key)
         if pattern is None:
@@ -304,7 +329,7 @@ def _groups(
             found = parsed[cond] = condition_values(cond or None)
         group = EpisodeGroup(pattern, result, found, bool(key), ids, subjects, sessions)
         out.setdefault(unit, []).append(group)
-    return out, clusters
+    return out, clusters, actions
 
 
 def _slug(text: str, words: int = 8) -> str:
