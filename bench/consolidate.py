@@ -139,9 +139,10 @@ def run_stages(home: Path, workers: int) -> dict[str, float]:
         part = work.partition  # type: ignore[attr-defined]
         with stores.meta.session():
             c0 = _cpu()
-            cluster_partition(stores, settings.cluster, ctx, part)
+            clustered = cluster_partition(stores, settings.cluster, ctx, part)
             c1 = _cpu()
-            mine_partition(stores, settings, ctx, part)
+            # as the flow does (stages/consolidate.py): mining takes the clustering just made
+            mine_partition(stores, settings, ctx, part, clustering=clustered.clustering)
             split["cluster"] += c1 - c0
             split["mine"] += _cpu() - c1
 

@@ -117,7 +117,9 @@ def consolidate_partition(
             )
             t1 = time.perf_counter()
             crash_point("partition.clustered")
-            mined = mine_partition(stores, settings, ctx, partition)
+            mined = mine_partition(
+                stores, settings, ctx, partition, clustering=clustered.clustering
+            )
         t2 = time.perf_counter()
         crash_point("partition.mined")
         return {

@@ -703,16 +703,23 @@ def _mining_config(settings: Settings, partition: Partition) -> list[Any]:
 
 
 def mine_partition(
-    stores: Stores, settings: Settings, ctx: RunContext, partition: Partition
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    partition: Partition,
+    *,
+    clustering: tuple[Any, Any] | None = None,
 ) -> MiningResult:
     """Mine one partition's changed units and its claims into candidates; idempotent per input.
 
     Units whose input fingerprint is the one stored when they were last mined are carried
     forward (``units.py``): their candidates stay as stored and count as produced, so the
-    result (and what is stored) is the same as mining every unit again."""
+    result (and what is stored) is the same as mining every unit again. ``clustering``: the
+    partition's (clusters, members) as stored now, when the caller just clustered it
+    (``ClusterResult.clustering``); otherwise they are read."""
     total, table, has_actions = _scan(stores, partition)
     result = MiningResult(partition.key, episodes=total)
-    info, members = cluster_store.load_partition(
+    info, members = clustering or cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace, centroids=False
     )
     plan = plan_units(table, has_actions, info, members, _mining_config(settings, partition))
