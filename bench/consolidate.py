@@ -141,8 +141,12 @@ def run_stages(home: Path, workers: int) -> dict[str, float]:
             c0 = _cpu()
             clustered = cluster_partition(stores, settings.cluster, ctx, part)
             c1 = _cpu()
-            # as the flow does (stages/consolidate.py): mining takes the clustering just made
-            mine_partition(stores, settings, ctx, part, clustering=clustered.clustering)
+            # as the flow does (stages/consolidate.py): mining takes the clustering just made;
+            # a checkout from before the hand-over (candidates_diff.py runs this file against
+            # one) has none and reads it
+            handed = getattr(clustered, "clustering", None)
+            mine_partition(stores, settings, ctx, part,
+                           **({"clustering": handed} if handed is not None else {}))  # fmt: skip
             split["cluster"] += c1 - c0
             split["mine"] += _cpu() - c1
 
