@@ -21,8 +21,6 @@ import logging
 import math
 from typing import Any, Literal
 
-from lancedb.index import FTS, HnswSq, IvfFlat, IvfPq
-
 __all__ = [
     "ensure_fts",
     "ensure_read_indexes",
@@ -45,6 +43,8 @@ def ensure_fts(table: Any, column: str = "text") -> bool:
     """Create the full-text index on ``column`` if it has none; True when one was built."""
     if column in index_kinds(table):
         return False
+    from lancedb.index import FTS  # lancedb is loaded with the store (stores/lance.py)
+
     table.create_index(column, config=FTS(), replace=False)
     logger.info("built full-text index on %s.%s", table.name, column)
     return True
@@ -79,6 +79,8 @@ def ensure_vector_index(
         )
         return "too big to build here"
     parts = partitions or max(1, min(1024, round(math.sqrt(rows))))
+    from lancedb.index import HnswSq, IvfFlat, IvfPq  # loaded with the store (stores/lance.py)
+
     config: Any
     if kind == "ivf_pq":
         config = IvfPq(distance_type="cosine", num_partitions=parts)

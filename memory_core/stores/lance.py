@@ -11,9 +11,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-import lancedb
 import pyarrow as pa
-from lancedb.index import Bitmap, BTree
 
 from memory_core.errors import DimensionMismatch, MemoryUnavailable, StoreError
 from memory_core.stores.commit_retry import retry_on_commit_conflict
@@ -29,6 +27,12 @@ class LanceStore:
     """One LanceDB database holding episodes, facts, procedures and digests."""
 
     def __init__(self, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
+        # lancedb is imported here, when a store is opened, not with this module: its import
+        # costs ~2.2 CPU s (most of it the generated models of its REST namespace client), and
+        # processes that reach this module through imports but open no store never need it
+        # (`memctl serve` and other Prefect parents, commands that read only DuckDB)
+        import lancedb
+
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         try:
@@ -66,6 +70,8 @@ class LanceStore:
         return created
 
     def _index_scalars(self, table: Any, name: str) -> None:
+        from lancedb.index import Bitmap, BTree  # loaded with the store (__init__)
+
         columns = {**FILTER_COLUMNS, ID_COLUMN[name]: "btree"}
         for column, kind in columns.items():
             config = Bitmap() if kind == "bitmap" else BTree()

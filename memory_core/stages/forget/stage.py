@@ -27,7 +27,6 @@ from memory_core.context import RunContext
 from memory_core.crash import crash_point
 from memory_core.embed import Embedder
 from memory_core.errors import NotFound
-from memory_core.stages.compact.digest_summary import summarize_digests
 from memory_core.stages.compact.stage import compact_episodes
 from memory_core.stages.forget.expire import expire_records, fold_access_log
 from memory_core.stages.forget.maintain import maintain_tables
@@ -95,6 +94,11 @@ def run_forgetting(
     t1 = time.perf_counter()
     compacted = compact_episodes(stores, settings, ctx, embedder=embedder)
     crash_point("forget.compacted")
+    # imported here, not with this module: digest summaries go through the score stage's
+    # Claude client, whose SDK import costs ~2.2 CPU s, and the deletion-request path
+    # (`deletion-requests` flow runs, `memctl forget`) imports this module but never summarizes
+    from memory_core.stages.compact.digest_summary import summarize_digests
+
     summaries = summarize_digests(stores, settings, ctx)
     t2 = time.perf_counter()
     expired = expire_records(stores, settings, ctx)
