@@ -57,9 +57,9 @@ from tests.kit.schedule import LOCAL_PREFECT
 KEEP_DUCKDB_INSTANCES = False
 
 pytestmark = pytest.mark.slow
-# its two tests (~2 min each, no module fixture) on both xdist workers: tests/kit/schedule.py
-# (the second in the LOCAL_PREFECT unit)
-XDIST_SPLIT = 2
+# its two tests (~2 min each, no module fixture) run on two xdist workers: the browser test is
+# this file's unit, the user-server test is in the LOCAL_PREFECT unit (tests/kit/schedule.py).
+# No XDIST_SPLIT: with one test left to deal, a split's second unit was empty
 
 T = TypeVar("T")
 MEMCTL = str(Path(sys.executable).with_name("memctl"))

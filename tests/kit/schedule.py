@@ -37,7 +37,7 @@ LOCAL_PREFECT = "local-prefect"
 FIRST = (
     "tests/flows/test_crash_nightly.py#0",
     "tests/flows/test_privacy_end_to_end.py",
-    "tests/flows/test_review_served.py#0",
+    "tests/flows/test_review_served.py",  # the browser test; the other is LOCAL_PREFECT's
     # the two tests that serve against one real `prefect server start` (kit/prefect.py
     # local_prefect, one per worker): on one worker, so the server is started once (and
     # stopped after the unit's last test: kit/prefect.py stop_local_prefect_after)
@@ -46,7 +46,6 @@ FIRST = (
     # worker two units at the start): by then the first half has built the shared baseline
     # (tests/kit/once.py) and this half does not wait for it
     "tests/flows/test_crash_nightly.py#1",
-    "tests/flows/test_review_served.py#1",
     "tests/flows/test_dask_runner.py",
     "tests/stages/mine/test_units.py",
     "tests/flows/test_serve_schedule.py",
