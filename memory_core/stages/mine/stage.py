@@ -30,7 +30,6 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,27 +211,6 @@ def _claim_rows(table: Any) -> list[dict[str, Any]]:
     return rows
 
 
-class _Pins(Mapping[str, tuple[str | None, str | None]]):
-    """(content hash, subject) by episode id, looked up when asked: the upsert reads the pins
-    of the episodes its written candidates cite only, and a dict of every re-mined episode's
-    (~9k a partition) was ~3% of the 1M 1% night's partition time (BENCHMARKS.md s30)."""
-
-    def __init__(
-        self, index: dict[str, int], content_hash: list[str | None], subject_id: list[str | None]
-    ) -> None:
-        self._index, self._hash, self._subject = index, content_hash, subject_id
-
-    def __getitem__(self, episode_id: str) -> tuple[str | None, str | None]:
-        at = self._index[episode_id]
-        return self._hash[at], self._subject[at]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-
 @dataclass(frozen=True)
 class _Evidence:
     """The episodes of the units mined this run, as columns, and their groups by unit.
@@ -267,13 +245,15 @@ class _Evidence:
         groups, clusters, actions = _groups(table, units, settings, namespace)
         return cls(groups, clusters, index, subjects, col("content_hash"), col("goal"), actions)
 
-    def pins(self) -> _Pins:
+    def pins(self) -> dict[str, tuple[str | None, str | None]]:
         """(content hash, subject) of each episode by id: the evidence pins of the candidates
         mined from them, which ``upsert_candidates`` keeps in ``candidate_evidence`` only
         (``stores/candidates.PINS_IN_EVIDENCE``). A partition's candidates cite ~1 episode per
         episode (~10k per 10k partition): one ``Provenance`` object per cited episode, built
         and validated each night a unit was touched, was ~30% of a 1% night's partition CPU."""
-        return _Pins(self.index, self.content_hash, self.subject_id)
+        return dict(
+            zip(self.index, zip(self.content_hash, self.subject_id, strict=True), strict=True)
+        )
 
     def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
         return [self.actions[e] for e in ids]
