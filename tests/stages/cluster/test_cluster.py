@@ -326,3 +326,29 @@ def test_one_blas_thread_from_any_thread_stays_one() -> None:
     assert seen == [{1}, {1}]
     with one_blas_thread():
         assert blas_threads() == {1}
+
+
+def test_the_clustering_handed_to_mining_is_what_the_store_holds(mem, kit) -> None:
+    """``ClusterResult.clustering`` replaces mining's read-back of the partition's clusters and
+    members (``mine_partition(clustering=...)``): whatever path a night takes (first batch,
+    near and far newcomers, nothing new, a recluster that changes members or none), what it
+    hands over must be what ``load_partition`` would read, row for row and in its order."""
+    from memory_core.stores.clusters import load_partition
+
+    def check(result) -> None:
+        assert result.clustering is not None
+        stored = load_partition(mem.stores.meta, "acme", "it")
+        for handed, read in zip(result.clustering, stored, strict=True):
+            assert handed.schema.names == read.schema.names
+            assert handed.cast(read.schema).to_pylist() == read.to_pylist()
+
+    scenario = kit.seed_scenario()
+    mem.ingest(scenario[5:])
+    check(mem.cluster())  # first batch: the partition chooses its parameters
+    near = kit.make_episode("near", minutes=400, text="Reset the network adapter again.")
+    mem.ingest([*scenario[:5], near, printer(kit, "far", minutes=401)])
+    check(mem.cluster(now=kit.NOW.replace(day=2)))  # joins and a new seed
+    check(mem.cluster(now=kit.NOW.replace(day=3)))  # nothing new
+    check(mem.cluster(recluster=True, now=kit.NOW.replace(day=4)))
+    mem.ingest([printer(kit, f"p{i}", minutes=500 + i) for i in range(3)])
+    check(mem.cluster(recluster=True, now=kit.NOW.replace(day=5)))
