@@ -76,8 +76,8 @@ _WANTED_ROWS = (
 # The evidence rows of the candidates in ``wanted_ids``, found the same way: the id column is
 # joined, the outer scan reads the other columns only of the row groups holding them. A semi
 # join reading every column of every row cost 0.15 CPU s per partition's ~140 candidates on a
-# 1.2M-row table (the 1M shape), this 0.02-0.03 (notes/s28-night/evdiff2.py, evdiff3.py;
-# BENCHMARKS.md s28).
+# 1.2M-row table (the 1M shape), this 0.02-0.03 (BENCHMARKS.md s28; the whole upsert on that
+# shape: bench/evidence_write.py).
 _WANTED_EVIDENCE = (
     "SELECT e.rowid FROM candidate_evidence e JOIN wanted_ids w ON e.candidate_id = w.candidate_id"
 )
@@ -241,7 +241,7 @@ def _replace_evidence(con: Any, evidence: pa.Table, stored: list[str]) -> None:
     episodes: 12% of the 1% night's partition time, BENCHMARKS.md s28). The difference is two
     anti joins, not Python sets: on the 1M shape one partition's write (150 candidates, 12,100
     rows, 100 new) took 0.08 CPU s, 0.14 with sets, 0.07-0.30 through the key
-    (notes/s29-night/evmicro.py, evmicro2.py)."""
+    (BENCHMARKS.md s29; the whole upsert on that shape: bench/evidence_write.py)."""
     with _wanted_ids(con, stored):
         have = con.sql(
             f"SELECT rowid AS row_id, {', '.join(_EVIDENCE_COLUMNS)} FROM candidate_evidence "
