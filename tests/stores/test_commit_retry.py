@@ -92,7 +92,13 @@ def test_other_errors_are_not_retried(tmp_path):
 
 
 def test_folding_beside_an_mcp_server_refreshing_the_same_indices(tmp_path):
-    """The night's fold and the server's refresh race for the same index commits."""
+    """The night's fold and the server's refresh race for the same index commits.
+
+    The test's own appends (the new rows each fold has to index) wait for the server's turn to
+    end: they are setup, not the race under test, and against a writer committing every few
+    milliseconds an append could lose Lance's own retry loop for 30 s on a loaded machine
+    ("Too many concurrent writers", seen twice in full runs). The fold still races the
+    server's appends and refreshes with nothing held."""
     store = LanceStore(str(tmp_path / "lance"))
     store.db.create_table("episodes", _rows(0, 50))
     store.table("episodes").to_lance().create_scalar_index(
@@ -100,14 +106,16 @@ def test_folding_beside_an_mcp_server_refreshing_the_same_indices(tmp_path):
     )
     errors: list[BaseException] = []
     done = threading.Event()
+    turn = threading.Lock()  # held by the server for one save + refresh, by the test's append
 
     def server() -> None:
         other = LanceStore(store.uri).table("episodes")
         n = 10_000
         while not done.is_set():
             try:
-                other.add(_rows(n, 1))
-                refresh_indices(other)  # as the MCP server's refresher does
+                with turn:
+                    other.add(_rows(n, 1))
+                    refresh_indices(other)  # as the MCP server's refresher does
             except Exception as exc:  # the server logs it and goes on
                 if not is_commit_conflict(exc):
                     errors.append(exc)
@@ -118,7 +126,8 @@ def test_folding_beside_an_mcp_server_refreshing_the_same_indices(tmp_path):
     thread.start()
     try:
         for i in range(25):
-            store.table("episodes").add(_rows(100 + i * 3, 3))
+            with turn:
+                store.table("episodes").add(_rows(100 + i * 3, 3))
             # a lost race is retried, and one lost every time is left to the next night
             fold_new_rows(store, "episodes", ["episode_id"])
     finally:
