@@ -9,7 +9,7 @@ the first night with ``run_nightly`` on the threads runner (``--workers``, as
 and runs the 1% night, with ``py-spy record`` (50 Hz, raw stacks) attached to this process for
 the 1% night (``OUT_PREFIX-incr.txt``) and, with ``--spy-first``, the first night too
 (``OUT_PREFIX-first.txt``). Prints each night's wall and process CPU seconds and the load.
-py-spy must be on PATH (it is in the project's dev environment).
+py-spy must be on PATH (`pip install py-spy`: a profiler, not one of the project's dependencies).
 
 ``--table``: the raw files as one table of thread seconds (samples / 50) and shares per stage
 and operation, the most specific rule first (``RULES``). py-spy counts a thread that waits
