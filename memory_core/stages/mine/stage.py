@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_core.config import Settings
@@ -688,7 +689,7 @@ def mine_partition(
     ctx: RunContext,
     partition: Partition,
     *,
-    clustering: tuple[Any, Any] | None = None,
+    clustering: tuple[pa.Table, pa.Table] | None = None,
 ) -> MiningResult:
     """Mine one partition's changed units and its claims into candidates; idempotent per input.
 
