@@ -58,6 +58,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     stop_local_prefect_after(item, nextitem)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def kit_switches_read() -> Iterator[None]:
+    """The kits' ``MEMCTL_TEST_*=0`` switches are read when they are imported; memctl refuses
+    a MEMCTL_ variable that no setting reads, so they leave the environment before any module
+    fixture loads settings (``clean_environ`` does the same for every test)."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("MEMCTL_TEST_")}
+    yield
+    os.environ.update(saved)
+
+
 @pytest.fixture(autouse=True)
 def duckdb_instances(request: pytest.FixtureRequest) -> Iterator[None]:
     """DuckDB instances kept alive while a test runs (tests/kit/duckdb_instances.py); a

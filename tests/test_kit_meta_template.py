@@ -39,6 +39,9 @@ def _catalog(path: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.skipif(
+    meta_template._OFF_FOR_THE_RUN, reason="MEMCTL_TEST_META_TEMPLATE=0: no template this run"
+)
 def test_a_fresh_home_from_the_template_is_what_a_fresh_migration_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,8 +74,13 @@ def suspend() -> None:
     release()
 
 
+# read when conftest imports this, before clean_environ drops every MEMCTL_ variable from the
+# tests' environment
+_OFF_FOR_THE_RUN = os.environ.get("MEMCTL_TEST_KEEP_DUCKDB") == "0"
+
+
 def enabled() -> bool:
-    return os.environ.get("MEMCTL_TEST_KEEP_DUCKDB", "1") != "0"
+    return not _OFF_FOR_THE_RUN and os.environ.get("MEMCTL_TEST_KEEP_DUCKDB", "1") != "0"
 
 
 @contextmanager

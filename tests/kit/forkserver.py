@@ -435,8 +435,14 @@ def _child_fd(value: Any, default: int, stack: ExitStack) -> tuple[int, Any]:
     return os.dup(value.fileno()), None
 
 
+# read when this is first imported (conftest), before clean_environ drops every MEMCTL_
+# variable from the tests' environment; a test may still switch it off with monkeypatch.setenv
+_OFF_FOR_THE_RUN = os.environ.get("MEMCTL_TEST_FORKSERVER") == "0"
+
+
 def enabled() -> bool:
-    return os.environ.get("MEMCTL_TEST_FORKSERVER", "1") != "0" and hasattr(socket, "send_fds")
+    on = not _OFF_FOR_THE_RUN and os.environ.get("MEMCTL_TEST_FORKSERVER", "1") != "0"
+    return on and hasattr(socket, "send_fds")
 
 
 def run(

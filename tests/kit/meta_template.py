@@ -31,8 +31,13 @@ _lock = threading.Lock()
 _template: dict[str, Path | None] = {}
 
 
+# read when conftest imports this, before clean_environ drops every MEMCTL_ variable from the
+# tests' environment (a test may still switch it off for itself with monkeypatch.setenv)
+_OFF_FOR_THE_RUN = os.environ.get("MEMCTL_TEST_META_TEMPLATE") == "0"
+
+
 def enabled() -> bool:
-    return os.environ.get("MEMCTL_TEST_META_TEMPLATE", "1") != "0"
+    return not _OFF_FOR_THE_RUN and os.environ.get("MEMCTL_TEST_META_TEMPLATE", "1") != "0"
 
 
 def _build() -> Path | None:
