@@ -18,7 +18,7 @@ from memory_core.context import RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stores import Stores, open_stores
-from tests.kit import meta_template
+from tests.kit import lance_template, meta_template
 from tests.kit.duckdb_instances import kept_for_this_test
 from tests.kit.schedule import assign_groups, name_units_in_node_ids
 
@@ -35,6 +35,9 @@ hypothesis_settings.load_profile("memctl")
 # a fresh home's DuckDB file starts as a copy of one migrated once per test process, not
 # migrated again (tests/kit/meta_template.py; MEMCTL_TEST_META_TEMPLATE=0 turns it off)
 meta_template.install()
+# and its Lance tables (with their scalar indices) as a copy of empty ones made once per test
+# process (tests/kit/lance_template.py; MEMCTL_TEST_LANCE_TEMPLATE=0 turns it off)
+lance_template.install()
 
 
 @pytest.hookimpl(wrapper=True)
