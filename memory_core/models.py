@@ -46,6 +46,7 @@ __all__ = [
     "Status",
     "UtcDatetime",
     "content_hash",
+    "evidence_band",
     "finite_vector",
     "no_control",
     "stable_id",
@@ -113,6 +114,11 @@ def canonical_json(value: Any) -> str:
 def content_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value`` (hex, 32 chars are plenty for ids)."""
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:32]
+
+
+def evidence_band(count: int) -> int:
+    """0 for none, then one band per power of two (1, 2-3, 4-7, 8-15, ...)."""
+    return count.bit_length()
 
 
 def stable_id(prefix: str, *parts: Any) -> str:
@@ -402,5 +408,29 @@ class Candidate(BaseModel):
                 "conditions": self.conditions,
                 "support": sorted(self.support_ids),
                 "counter": sorted(self.counterexample_ids),
+            }
+        )
+
+    def score_basis(self) -> str:
+        """Hash of what the candidate's importance score stands for: its content and the
+        size of its evidence in powers of two, not the evidence ids.
+
+        Why: the upsert keeps a scored candidate's score (and its place in review) while this
+        stays the same. Every night's new supporting episode changes ``content_hash``; had
+        each one sent a scored candidate back to ``pending_score``, a growing store would pay
+        a model call per candidate per night to restate what it already said (most of the
+        1M bench's 1% night rewrites), and reviewers would see their queue reshuffle nightly.
+        The score is asked again when the evidence doubles, or its first counterexample (or
+        the next power of two of them) arrives: the points where the prompt's evidence
+        summary says something new."""
+        return content_hash(
+            {
+                "kind": self.kind,
+                "scope": [self.tenant_id, self.subject_id, self.namespace],
+                "claim": self.claim.model_dump() if self.claim else None,
+                "procedure": self.procedure.model_dump() if self.procedure else None,
+                "conditions": self.conditions,
+                "support_band": evidence_band(len(set(self.support_ids))),
+                "counter_band": evidence_band(len(set(self.counterexample_ids))),
             }
         )

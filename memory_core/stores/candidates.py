@@ -108,13 +108,14 @@ def upsert_candidates(
         )
         try:
             found = con.execute(
-                "SELECT candidate_id, status, content_hash, body->>'$.status' FROM candidates "
-                f"WHERE rowid IN ({_WANTED_ROWS})"
+                "SELECT candidate_id, status, content_hash, body->>'$.status', score_basis "
+                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         finally:
             con.unregister("wanted_ids")
-        existing = {row[0]: row[1:4] for row in found}
+        existing = {row[0]: row[1:5] for row in found}
         writes: list[tuple[Candidate, str]] = []
+        kept: list[str] = []
         for cid, cand in incoming.items():
             chash = cand.content_hash()
             prior = existing.get(cid)
@@ -123,23 +124,27 @@ def upsert_candidates(
                 counts["inserted"] += 1
                 writes.append((cand, chash))
                 continue
-            status, old_hash, body_status = prior
+            status, old_hash, body_status, old_basis = prior
             retire = cand.status is CandidateStatus.auto_rejected
             if status in DECIDED_STATUSES or (
                 status == CandidateStatus.pending_review and not retire
             ):
-                # keep the decided (or already scored) status and score; a pending_review
-                # candidate the miner now retires (stale, superseded) does move
                 if old_hash == chash:
                     counts["unchanged"] += 1
                     continue
-                if status in DECIDED_STATUSES:
+                # a decided candidate keeps its status; a scored one awaiting review keeps it
+                # while its score still stands for it (Candidate.score_basis), and goes back
+                # to pending_score when its content or the size of its evidence changed
+                if status in DECIDED_STATUSES or old_basis == cand.score_basis():
                     cand = cand.model_copy(update={"status": CandidateStatus(status)})
+                    kept.append(cid)
             if old_hash == chash and body_status == cand.status:
                 counts["unchanged"] += 1
                 continue
             counts["updated"] += 1
             writes.append((cand, chash))
+        if kept:
+            writes = _keep_decisions(con, writes, kept)
         if writes:
             stored = [c.candidate_id for c, _ in writes if c.candidate_id in existing]
             _write(con, writes, run_id=run_id, now=now, stored=stored, pins=pins)
@@ -151,6 +156,40 @@ def upsert_candidates(
             change = MetaStatuses(con, moved, stored=was, body_written=True)
             write_status(None, change, at=now, run_id=run_id)
     return counts
+
+
+def _keep_decisions(
+    con: Any, writes: list[tuple[Candidate, str]], kept: list[str]
+) -> list[tuple[Candidate, str]]:
+    """``writes`` with what later stages decided about the ``kept`` candidates carried over
+    from their stored rows: the score (importance, scorer), the stats that scoring, workflow
+    text and review merged into the body (mined stats win where both have a key), and a
+    decided candidate's reason (the reviewer's words, not the miner's).
+
+    The miner rebuilds a candidate from its evidence alone; without this, an approved
+    procedure that gained one supporting episode lost its score, its rationale and the
+    reviewer's reason while keeping the status they justified."""
+    with _wanted_ids(con, kept):
+        rows = con.execute(
+            "SELECT candidate_id, status, importance, scorer, reason, body->'$.stats' "
+            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+        ).fetchall()
+    stored = {row[0]: row[1:] for row in rows}
+    out = []
+    for cand, chash in writes:
+        prior = stored.get(cand.candidate_id)
+        if prior is not None:
+            status, importance, scorer, reason, stats = prior
+            update: dict[str, Any] = {
+                "importance": importance,
+                "scorer": scorer,
+                "stats": {**(json.loads(stats) if stats else {}), **cand.stats},
+            }
+            if status in DECIDED_STATUSES:
+                update["reason"] = reason
+            cand = cand.model_copy(update=update)
+        out.append((cand, chash))
+    return out
 
 
 def _pins_elsewhere(cand: Candidate, pins: EpisodePins | None) -> bool:
@@ -202,6 +241,7 @@ def _write(
             "run_id": [run_id] * len(writes),
             "created_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
             "updated_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
+            "score_basis": [c.score_basis() for c, _ in writes],
         }
     )
     evidence = _evidence_table([c for c, _ in writes], pins)
@@ -213,7 +253,7 @@ def _write(
         content_hash = excluded.content_hash, confidence = excluded.confidence,
         importance = excluded.importance,
         scorer = excluded.scorer, reason = excluded.reason, run_id = excluded.run_id,
-        updated_at = excluded.updated_at"""
+        updated_at = excluded.updated_at, score_basis = excluded.score_basis"""
     )
     if stored:
         _replace_evidence(con, evidence, stored)

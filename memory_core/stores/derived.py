@@ -76,11 +76,12 @@ def rewrite_candidates(
         body = json.dumps(cand.model_dump(mode="json"), sort_keys=True)
         con.execute(
             """UPDATE candidates SET reason = ?, body = ?, content_hash = ?,
-            confidence = ?, updated_at = ? WHERE candidate_id = ?""",
+            score_basis = ?, confidence = ?, updated_at = ? WHERE candidate_id = ?""",
             [
                 cand.reason,
                 body,
                 cand.content_hash(),
+                cand.score_basis(),
                 cand.confidence,
                 now,
                 cand.candidate_id,

@@ -225,4 +225,14 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "ALTER TABLE candidate_evidence_unkeyed RENAME TO candidate_evidence",
         ],
     ),
+    (
+        11,
+        [
+            # What a candidate's importance score stands for (``Candidate.score_basis``): its
+            # content and its evidence in powers of two. The miner's upsert keeps a scored
+            # candidate's score while this holds; rows written before have NULL, so their
+            # next change re-queues them for scoring once, as every change did before.
+            "ALTER TABLE candidates ADD COLUMN score_basis VARCHAR",
+        ],
+    ),
 ]

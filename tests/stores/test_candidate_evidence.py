@@ -22,6 +22,7 @@ from memory_core.models import (
 )
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import upsert_candidates
+from memory_core.stores.meta import MetaStore
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
 EPISODES = [f"e{i}" for i in range(8)]
@@ -114,6 +115,24 @@ def test_pins_in_evidence_after_any_sequence_of_upserts_are_the_last_versions(
         assert _evidence(homes[0]) == _evidence(homes[1])
 
 
+def _write_at_schema_9(meta: MetaStore, cand: Candidate) -> None:
+    """``cand`` and its evidence rows as the upsert stored them at migration 9 (today's
+    upsert writes columns later migrations add)."""
+    from memory_core.stores.candidates import _evidence_table
+
+    evidence = _evidence_table([cand])
+    with meta.transaction() as con:
+        con.execute(
+            "INSERT INTO candidates (candidate_id, kind, tenant_id, subject_id, namespace, "
+            "status, body, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [cand.candidate_id, cand.kind.value, cand.tenant_id, cand.subject_id,
+             cand.namespace, cand.status.value, cand.model_dump_json(), cand.content_hash()],
+        )  # fmt: skip
+        con.register("old_evidence", evidence)
+        con.execute("INSERT INTO candidate_evidence SELECT * FROM old_evidence")
+        con.unregister("old_evidence")
+
+
 def test_evidence_written_before_the_key_was_dropped_is_kept_and_rewritten_once() -> None:
     """Migration 10 copies ``candidate_evidence`` without its primary key: rows written before
     it are all still read, and a later upsert leaves one row per cited episode, as a fresh store
@@ -125,7 +144,7 @@ def test_evidence_written_before_the_key_was_dropped_is_kept_and_rewritten_once(
     with tempfile.TemporaryDirectory() as tmp:
         old = MetaStore(Path(tmp) / "old.duckdb")
         old.migrate(target=9)
-        upsert_candidates(old, [_candidate("c1", first)], run_id="r0", now=NOW)
+        _write_at_schema_9(old, _candidate("c1", first))
         with old.connect() as con:
             before = con.execute("SELECT * FROM candidate_evidence ORDER BY ALL").fetchall()
         old.migrate()

@@ -145,8 +145,11 @@ def test_a_rewritten_candidate_moves_once_with_body_and_column_agreeing(stores):
     set_candidate_status(meta, scored, now=NOW)
     set_candidate_status(meta, {"c2": (CandidateStatus.approved, "ok")}, now=NOW)
     before = len(_audits(stores))
+    # from 2 to 4 supporting episodes: the evidence doubled, so the score no longer stands
+    # (Candidate.score_basis; within a band the score is kept: tests/stores/test_score_basis.py)
     grown = [
-        _mined(c, ["e1", "e2", "e3"], CandidateStatus.pending_score) for c in ("c1", "c2", "c3")
+        _mined(c, ["e1", "e2", "e3", "e4"], CandidateStatus.pending_score)
+        for c in ("c1", "c2", "c3")
     ]
     upsert_candidates(meta, grown, run_id="r2", now=NOW)
     with meta.connect() as con:
@@ -154,8 +157,8 @@ def test_a_rewritten_candidate_moves_once_with_body_and_column_agreeing(stores):
             "SELECT candidate_id, status, body->>'$.status', json_array_length(body, '$.support_ids') "
             "FROM candidates ORDER BY candidate_id"
         ).fetchall()
-    assert rows == [("c1", "pending_score", "pending_score", 3), ("c2", "approved", "approved", 3),
-                    ("c3", "pending_score", "pending_score", 3)]  # fmt: skip
+    assert rows == [("c1", "pending_score", "pending_score", 4), ("c2", "approved", "approved", 4),
+                    ("c3", "pending_score", "pending_score", 4)]  # fmt: skip
     audits = _audits(stores)[before:]
     assert [counts for _, counts in audits] == [{"pending_review->pending_score": 1}]
     with meta.transaction() as con, pytest.raises(IllegalTransition):
