@@ -20,7 +20,6 @@ from memory_core.stages.ingest import IngestResult, ingest_records
 from memory_core.stores import Stores, open_stores
 from tests.kit import lance_template, meta_template
 from tests.kit.duckdb_instances import kept_for_this_test
-from tests.kit.once import session_root
 from tests.kit.schedule import assign_groups, name_units_in_node_ids
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
@@ -70,15 +69,6 @@ def kit_switches_read() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("MEMCTL_TEST_")}
     yield
     os.environ.update(saved)
-
-
-@pytest.fixture(autouse=True, scope="session")
-def forkservers_for_the_run(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Fork servers (tests/kit/forkserver.py) shared by the run's xdist workers live in the
-    run's temporary root, which pytest removes with its old runs."""
-    from tests.kit import forkserver
-
-    forkserver.RUN_DIR = session_root(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)

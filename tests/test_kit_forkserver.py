@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -93,30 +92,3 @@ def test_a_launched_command_is_forked_and_gives_what_the_real_one_gives(tmp_path
     assert sleeper.stdout is not None and sleeper.stdout.readline() == b"1\n"
     sleeper.terminate()  # forwarded: the command dies of it, and the launcher as it did
     assert sleeper.wait(timeout=30) == -15
-
-
-def test_workers_of_a_run_share_one_server_per_environment_until_the_run_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(forkserver, "RUN_DIR", tmp_path)
-    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    monkeypatch.setattr(os, "getppid", lambda: run.pid)  # as if `run` were the main pytest
-    key = ((), (("KIT_PROBE", "shared"),))
-    env = {**os.environ, "KIT_PROBE": "shared"}
-    started = forkserver._shared(key, env, ())  # no preloads: a bare server starts quickly
-    attached = forkserver._shared(key, env, ())  # what a second worker gets
-    assert isinstance(attached, forkserver._Attached) and attached.path == started.path
-    assert attached.pid == started.proc.pid and attached.alive()
-    conn, pid = attached.spawn(
-        forkserver._request(("code", "print('forked')", []), env, tmp_path), [0, 1, 2]
-    )
-    with conn:
-        assert os.WEXITSTATUS(int(json.loads(forkserver._line(conn, None))["status"])) == 0
-    assert pid != started.proc.pid
-    started.stop()  # a worker never stops a shared server: the others may still need it
-    assert started.alive()
-    run.kill()
-    run.wait()
-    assert started.proc.wait(timeout=30) == -9  # it ends itself once the run's process has
-    assert not attached.alive()
-    assert forkserver._shared(key, env, ()).proc.pid != started.proc.pid  # a new one

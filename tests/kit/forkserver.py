@@ -30,12 +30,9 @@ Anything else (``Popen``, a command line this does not recognise) is left to ``s
 from __future__ import annotations
 
 import atexit
-import fcntl
-import hashlib
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -104,9 +101,6 @@ RUNTIME_ENV_PREFIXES = ("MEMCTL_", "ANTHROPIC_", "PYTEST_")
 PREFECT_ENV_PREFIXES = ("PREFECT_",)
 START_TIMEOUT_S = 120.0
 MAX_SERVERS = 3  # per test process (each holds ~150-250 MB, mostly shared with its children)
-# under xdist, the run's temporary root that every worker shares (tests/conftest.py sets it):
-# one server per environment for the whole run lives there (``_shared``)
-RUN_DIR: Path | None = None
 
 # The server: accept a request (argv, env, cwd, three fds), fork, answer the child's pid,
 # then its wait status when it ends. Runs as `python -c SERVER <socket path> <modules>`.
@@ -114,8 +108,6 @@ SERVER = r"""
 import importlib, json, os, select, signal, socket, sys, traceback, warnings
 path, modules = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
 parent = os.getppid()
-# a server shared by the run's xdist workers watches the run's main pytest process instead
-watched = int(sys.argv[3]) if len(sys.argv) > 3 else None
 # lance warns before every fork and lancedb in every forked child (its runtime is rebuilt
 # there): expected here, and not the command's output
 warnings.filterwarnings("ignore", message="lance is not fork-safe", category=UserWarning)
@@ -225,18 +217,8 @@ while True:
                 pass
         except BlockingIOError:
             pass
-    if watched is None and os.getppid() != parent:  # the test process died without
-        os.killpg(0, signal.SIGKILL)  # stopping us: so do we
-    if watched is not None:
-        try:
-            os.kill(watched, 0)
-        except ProcessLookupError:  # the run is over
-            for leftover in (path, os.path.join(os.path.dirname(path), "pid")):
-                try:
-                    os.unlink(leftover)
-                except OSError:
-                    pass
-            os.killpg(0, signal.SIGKILL)
+    if os.getppid() != parent:  # the test process died without stopping us: so do we
+        os.killpg(0, signal.SIGKILL)
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -322,23 +304,11 @@ class Refused(Exception):
 
 
 class _Server:
-    """A server this test process started and stops (``watched`` None), or one it started
-    for the whole run (shared by the xdist workers; it stops when ``watched``, the run's main
-    process, has ended)."""
-
-    def __init__(
-        self,
-        env: Mapping[str, str],
-        modules: Sequence[str],
-        *,
-        path: str | None = None,
-        watched: int | None = None,
-    ) -> None:
-        self.shared = watched is not None
-        self.path = path or os.path.join(tempfile.mkdtemp(prefix="forkserver-"), "s")
-        watch = [str(watched)] if watched is not None else []
+    def __init__(self, env: Mapping[str, str], modules: Sequence[str]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="forkserver-")
+        self.path = os.path.join(self.dir, "s")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVER, self.path, ",".join(modules), *watch],
+            [sys.executable, "-c", SERVER, self.path, ",".join(modules)],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -354,8 +324,6 @@ class _Server:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.shared:  # other workers may still use it: it ends with the run
-            return
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
@@ -371,46 +339,6 @@ class _Server:
             conn.close()
             raise Refused(reply["refused"])
         return conn, int(reply["pid"])
-
-
-class _Attached(_Server):
-    """A shared server another worker of this run started (its socket and pid are known)."""
-
-    def __init__(self, path: str, pid: int) -> None:  # no process to start: it runs
-        self.shared = True
-        self.path = path
-        self.pid = pid
-
-    def alive(self) -> bool:
-        try:
-            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return False
-        return state not in ("Z", "X") and os.path.exists(self.path)
-
-
-def _shared(key: tuple[Any, ...], env: Mapping[str, str], modules: Sequence[str]) -> _Server:
-    """The run's server for ``key``: the first xdist worker to need it starts it (under a
-    lock), the others fork from it too. Each server imports ~5 CPU s of modules when it
-    starts; one per worker and environment made 9 in the s30 baseline run (BENCHMARKS.md)."""
-    assert RUN_DIR is not None
-    root = RUN_DIR / "forkservers"
-    root.mkdir(exist_ok=True)
-    name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
-    folder = root / name
-    with (root / f"{name}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        try:
-            attached = _Attached(str(folder / "s"), int((folder / "pid").read_text()))
-            if attached.alive():
-                return attached
-        except (OSError, ValueError):
-            pass
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        server = _Server(env, modules, path=str(folder / "s"), watched=os.getppid())
-        (folder / "pid").write_text(str(server.proc.pid))
-        return server
 
 
 def _line(conn: socket.socket, deadline: float | None) -> bytes:
@@ -446,10 +374,7 @@ def _server(env: Mapping[str, str], preload_prefect: bool) -> _Server:
         if server is None or not server.alive():
             while len(_servers) >= MAX_SERVERS:  # stop the least recently used
                 _servers.pop(next(iter(_servers))).stop()
-            if RUN_DIR is not None and os.environ.get("PYTEST_XDIST_WORKER"):  # the run's
-                server = _shared(key, env, modules)
-            else:
-                server = _Server(env, modules)
+            server = _Server(env, modules)
         _servers[key] = server  # most recently used last
         return server
 
