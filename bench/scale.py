@@ -20,7 +20,8 @@ ephemeral Prefect server (not timed), then
 * ``incremental_s`` -- with ``--incremental F``: a second night after ``F`` x episodes more
   arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``,
   ``incr_partition_s``), with how many mining units it re-mined and carried forward
-  unchanged (``incr_units_mined`` / ``incr_units_kept``).
+  unchanged (``incr_units_mined`` / ``incr_units_kept``), and how many candidates its score
+  stage took up (``incr_scored``: new ones and those whose score no longer stands).
 
 Floors, measured in the same invocation right after the flows, in their own process on the
 runner's copy of the home (``--floors``, on by default): ``floor_scan_s`` reads every vector
@@ -143,6 +144,9 @@ def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> 
         # mining units re-mined vs carried forward unchanged (stages/mine/units.py)
         out["incr_units_mined"] = sum(int(r.get("mine", {}).get("units_mined") or 0) for r in done)
         out["incr_units_kept"] = sum(int(r.get("mine", {}).get("units_kept") or 0) for r in done)
+        # candidates the second night's score stage took up: new ones and those whose score
+        # no longer stood (stores/candidates.py, Candidate.score_basis), out of all of them
+        out["incr_scored"] = int((again.get("score") or {}).get("considered") or 0)
     return out
 
 
