@@ -77,9 +77,18 @@ from memory_core.stores import MetaStore, Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
 from memory_core.stores.filters import in_list
-from memory_core.stores.lance import sql_quote
+from memory_core.stores.lance import LanceStore, sql_quote
 
-__all__ = ["ClusterResult", "cluster_partition", "list_clusters"]
+__all__ = [
+    "ClusterOutcome",
+    "ClusterResult",
+    "ClusterState",
+    "cluster_partition",
+    "compute_clusters",
+    "list_clusters",
+    "read_cluster_state",
+    "write_clusters",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +176,7 @@ _MAX_IDS = 5000  # ... and at most this many (a longer IN list costs more than i
 
 
 def _load_episodes(
-    stores: Stores, partition: Partition, known: pa.Array | None = None
+    lance: LanceStore, partition: Partition, known: pa.Array | None = None
 ) -> tuple[pa.Table, np.ndarray, int, int]:
     """Active, embedded episodes that carry actions or a goal and are not in ``known`` (ids
     already clustered), their vectors (rows in the same order), how many others were left
@@ -195,15 +204,15 @@ def _load_episodes(
     )
     first = known is None or len(known) == 0
     columns = [*_EPISODE_COLUMNS, "embedding_version", *(["vector"] if first else [])]
-    small = stores.lance.scan("episodes", where=where, columns=columns)
-    small = _embedded_only(stores, where, small).drop_columns(["embedding_version"])
+    small = lance.scan("episodes", where=where, columns=columns)
+    small = _embedded_only(lance, where, small).drop_columns(["embedding_version"])
     lengths = pc.list_value_length(small.column("actions"))
     has_actions = pc.fill_null(pc.greater(lengths, 0), fill_value=False)
     goal = pc.utf8_trim_whitespace(small.column("goal"))
     has_goal = pc.fill_null(pc.greater(pc.utf8_length(goal), 0), fill_value=False)
     kept = small.filter(pc.or_(has_actions, has_goal))
     skipped = small.num_rows - kept.num_rows
-    dim = stores.lance.vector_dim("episodes") or 0
+    dim = lance.vector_dim("episodes") or 0
     if first:
         vectors = _matrix(kept.column("vector"), dim)
         return kept.drop_columns(["vector"]), vectors, skipped, kept.num_rows
@@ -212,12 +221,10 @@ def _load_episodes(
     if wanted.num_rows == 0:
         return wanted, np.zeros((0, dim), dtype=np.float32), skipped, kept.num_rows
     if wanted.num_rows > min(_VECTORS_BY_ID * kept.num_rows, _MAX_IDS):
-        full = stores.lance.scan("episodes", where=where, columns=["episode_id", "vector"])
+        full = lance.scan("episodes", where=where, columns=["episode_id", "vector"])
     else:
         ids = in_list("episode_id", wanted.column("episode_id").to_pylist())
-        full = stores.lance.scan(
-            "episodes", where=f"{where} AND {ids}", columns=["episode_id", "vector"]
-        )
+        full = lance.scan("episodes", where=f"{where} AND {ids}", columns=["episode_id", "vector"])
     at = pc.index_in(wanted.column("episode_id"), value_set=full.column("episode_id"))
     at = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
     valid = np.asarray(full.column("vector").is_valid().to_numpy(zero_copy_only=False))
@@ -249,7 +256,7 @@ def _matrix(column: pa.ChunkedArray, dim: int) -> np.ndarray:
     return out
 
 
-def _embedded_only(stores: Stores, where: str, small: pa.Table) -> pa.Table:
+def _embedded_only(lance: LanceStore, where: str, small: pa.Table) -> pa.Table:
     """``small`` without the episodes whose vector is null (normally none: vectors are read
     only for rows whose ``embedding_version`` is empty or missing)."""
     if "vector" in small.column_names:  # read already
@@ -259,7 +266,7 @@ def _embedded_only(stores: Stores, where: str, small: pa.Table) -> pa.Table:
     suspect = pc.fill_null(pc.equal(version, ""), fill_value=True)
     if not pc.any(suspect).as_py():
         return small
-    rows = stores.lance.scan(
+    rows = lance.scan(
         "episodes",
         where=f"{where} AND (embedding_version IS NULL OR embedding_version = '')",
         columns=["episode_id", "vector"],
@@ -490,44 +497,48 @@ def cluster_partition(
         return _cluster_partition(stores, config, ctx, partition, recluster=recluster, steps=steps)
 
 
-def _cluster_partition(
-    stores: Stores,
-    config: ClusterConfig,
-    ctx: RunContext,
-    partition: Partition,
-    *,
-    recluster: bool,
-    steps: StepsConfig | None,
-) -> ClusterResult:
-    steps = steps if steps is not None else StepsConfig()
+@dataclass
+class ClusterState:
+    """What clustering a partition reads from DuckDB: its stored clusters (centroids kept) and
+    members, and the parameters they were built with. Read by the process holding DuckDB and
+    handed to the compute (``compute_clusters``), which may run in another process."""
+
+    clusters: pa.Table
+    members: pa.Table
+    recorded: Choice | None
+
+
+@dataclass
+class ClusterOutcome:
+    """What ``compute_clusters`` leaves for the writer: the result, the rows to save (None:
+    nothing changed) and the parameter choice to record (None: none to record)."""
+
+    result: ClusterResult
+    save: tuple[pa.Table, pa.Table, bool] | None = None  # clusters, members, replace
+    record: Choice | None = None
+
+
+def read_cluster_state(stores: Stores, partition: Partition) -> ClusterState:
+    """The partition's stored clustering and recorded parameters (DuckDB reads only)."""
     old_clusters, old_members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace
     )
-    dim = (stores.lance.vector_dim("episodes") or 0) + GOAL_DIM + STEPS_DIM
-    stale = old_clusters.num_rows > 0 and _centroid_dim(old_clusters) not in (None, dim)
-    if stale:
-        logger.warning(
-            "cluster %s: stored centroids have another dimension; rebuilding", partition.key
-        )
-    known = None if recluster or stale else old_members.column("episode_id").combine_chunks()
-    table, vectors, skipped, kept = _load_episodes(stores, partition, known)
-    fresh = recluster or stale or old_clusters.num_rows == 0
     recorded = _recorded_choice(stores, partition) if old_clusters.num_rows else None
-    if recluster or stale:
-        inputs = _inputs(*_in_order(table, vectors), steps, partition.namespace)
-        choice = _select(inputs, config)
-        result = _recluster(stores, config, ctx, partition, inputs, choice, old_clusters,
-                            old_members)  # fmt: skip
-    else:
-        result = _incremental(
-            stores, config, ctx, partition, (table, vectors), (old_clusters, old_members), steps,
-            recorded, kept,
+    return ClusterState(old_clusters, old_members, recorded)
+
+
+def write_clusters(stores: Stores, ctx: RunContext, partition: Partition,
+                   outcome: ClusterOutcome) -> ClusterResult:  # fmt: skip
+    """Save what ``compute_clusters`` decided (DuckDB writes only); the result."""
+    if outcome.save is not None:
+        clusters, members, replace = outcome.save
+        cluster_store.save_partition_clusters(
+            stores.meta, partition.tenant_id, partition.namespace, clusters, members,
+            replace=replace,
         )  # fmt: skip
-        choice = result.choice
-    result.skipped_no_actions_or_goal = skipped
-    if choice is not None and fresh and (result.new_members or not _same(recorded, choice)):
-        result.selection = choice.as_dict()
-        _record_choice(stores, ctx, partition, choice)
+    if outcome.record is not None:
+        _record_choice(stores, ctx, partition, outcome.record)
+    result = outcome.result
     logger.info(
         "cluster %s run=%s episodes=%d new_members=%d new_clusters=%d total=%d recluster=%s",
         partition.key,
@@ -539,6 +550,76 @@ def _cluster_partition(
         result.reclustered,
     )
     return result
+
+
+def compute_clusters(
+    lance: LanceStore,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    state: ClusterState,
+    *,
+    recluster: bool = False,
+    steps: StepsConfig | None = None,
+) -> ClusterOutcome:
+    """Place the partition's episodes given its stored ``state``: Lance reads and numeric
+    work, no DuckDB, so it runs in any process (``stages/consolidate_pool.py``)."""
+    with one_blas_thread():  # small products; and the same BLAS results on every run
+        return _compute(lance, config, ctx, partition, state, recluster=recluster, steps=steps)
+
+
+def _cluster_partition(
+    stores: Stores,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    *,
+    recluster: bool,
+    steps: StepsConfig | None,
+) -> ClusterResult:
+    state = read_cluster_state(stores, partition)
+    outcome = _compute(stores.lance, config, ctx, partition, state, recluster=recluster,
+                       steps=steps)  # fmt: skip
+    return write_clusters(stores, ctx, partition, outcome)
+
+
+def _compute(
+    lance: LanceStore,
+    config: ClusterConfig,
+    ctx: RunContext,
+    partition: Partition,
+    state: ClusterState,
+    *,
+    recluster: bool,
+    steps: StepsConfig | None,
+) -> ClusterOutcome:
+    steps = steps if steps is not None else StepsConfig()
+    old_clusters, old_members, recorded = state.clusters, state.members, state.recorded
+    dim = (lance.vector_dim("episodes") or 0) + GOAL_DIM + STEPS_DIM
+    stale = old_clusters.num_rows > 0 and _centroid_dim(old_clusters) not in (None, dim)
+    if stale:
+        logger.warning(
+            "cluster %s: stored centroids have another dimension; rebuilding", partition.key
+        )
+    known = None if recluster or stale else old_members.column("episode_id").combine_chunks()
+    table, vectors, skipped, kept = _load_episodes(lance, partition, known)
+    fresh = recluster or stale or old_clusters.num_rows == 0
+    if recluster or stale:
+        inputs = _inputs(*_in_order(table, vectors), steps, partition.namespace)
+        choice = _select(inputs, config)
+        outcome = _recluster(config, ctx, partition, inputs, choice, old_clusters, old_members)
+    else:
+        outcome = _incremental(
+            config, ctx, partition, (table, vectors), (old_clusters, old_members), steps,
+            recorded, kept,
+        )  # fmt: skip
+        choice = outcome.result.choice
+    result = outcome.result
+    result.skipped_no_actions_or_goal = skipped
+    if choice is not None and fresh and (result.new_members or not _same(recorded, choice)):
+        result.selection = choice.as_dict()
+        outcome.record = choice
+    return outcome
 
 
 def _centroid_dim(clusters: pa.Table) -> int | None:
@@ -641,7 +722,6 @@ def _place(
 
 
 def _incremental(
-    stores: Stores,
     config: ClusterConfig,
     ctx: RunContext,
     partition: Partition,
@@ -650,7 +730,7 @@ def _incremental(
     steps: StepsConfig,
     recorded: Choice | None,
     episodes: int,
-) -> ClusterResult:
+) -> ClusterOutcome:
     """New episodes (``loaded``: the partition's unclustered ones and their vectors;
     ``episodes``: all it holds)
     join the nearest cluster within reach or seed new ones; members stay put.
@@ -663,7 +743,7 @@ def _incremental(
     result.total_clusters = old_clusters.num_rows
     if loaded[0].num_rows == 0:
         result.clustering = (old_clusters, old_members)
-        return result
+        return ClusterOutcome(result)
     inputs = _inputs(*_in_order(*loaded), steps, partition.namespace)
     if old_clusters.num_rows == 0:
         choice = _select(inputs, config)
@@ -696,15 +776,12 @@ def _incremental(
         partition, batch, [row_ids[int(r)] for r in labels], dists, [ctx.now] * len(batch.ids)
     )
     clusters = _cluster_table(partition, state, rows, attrs)
-    cluster_store.save_partition_clusters(
-        stores.meta, partition.tenant_id, partition.namespace, clusters, members, replace=False
-    )
     result.clustering = (_upserted(old_clusters, clusters, "cluster_id"),
                          _upserted(old_members, members, "episode_id"))  # fmt: skip
     result.new_members = len(batch.ids)
     result.new_clusters = len(row_ids) - k_old
     result.total_clusters = len(row_ids)
-    return result
+    return ClusterOutcome(result, save=(clusters, members, False))
 
 
 def _upserted(old: pa.Table, new: pa.Table, key: str) -> pa.Table:
@@ -746,7 +823,6 @@ def _groups(mapping: dict[str, str]) -> dict[str, set[str]]:
 
 
 def _recluster(
-    stores: Stores,
     config: ClusterConfig,
     ctx: RunContext,
     partition: Partition,
@@ -754,7 +830,7 @@ def _recluster(
     choice: Choice,
     old_clusters: pa.Table,
     old_members: pa.Table,
-) -> ClusterResult:
+) -> ClusterOutcome:
     """Rebuild the partition; reuse old ids by member overlap; write only if it changed."""
     result = ClusterResult(partition.key, episodes=inputs.table.num_rows, reclustered=True)
     batch = _batch(inputs, choice)
@@ -774,7 +850,7 @@ def _recluster(
     result.total_clusters = len(row_ids)
     if new_of == old_of and set(row_ids.values()) == set(old_rows):
         result.clustering = (old_clusters, old_members)
-        return result  # the same clustering: write nothing, keep timestamps and centroids
+        return ClusterOutcome(result)  # the same clustering: write nothing, keep timestamps
     old_sets, new_sets = _groups(old_of), _groups(new_of)
     rows = sorted(row_ids)
     attrs = []
@@ -795,12 +871,9 @@ def _recluster(
             assigned.append(ctx.now)
     clusters = _cluster_table(partition, state, rows, attrs)
     members = _member_table(partition, batch, [new_of[e] for e in batch.ids], dists, assigned)
-    cluster_store.save_partition_clusters(
-        stores.meta, partition.tenant_id, partition.namespace, clusters, members, replace=True
-    )
     empty_clusters, empty_members = old_clusters.slice(0, 0), old_members.slice(0, 0)
     result.clustering = (_upserted(empty_clusters, clusters, "cluster_id"),
                          _upserted(empty_members, members, "episode_id"))  # fmt: skip
     result.new_members = sum(old_of.get(e) != c for e, c in new_of.items())
     result.new_clusters = sum(cid not in old_rows for cid in row_ids.values())
-    return result
+    return ClusterOutcome(result, save=(clusters, members, True))

@@ -78,10 +78,19 @@ from memory_core.stores.candidates import (
     pending_keys,
     upsert_candidates,
 )
-from memory_core.stores.lance import sql_quote
+from memory_core.stores.lance import LanceStore, sql_quote
 from memory_core.stores.mine_units import load_units, save_units
 
-__all__ = ["MiningResult", "mine_partition", "procedural_candidate_id"]
+__all__ = [
+    "MineState",
+    "MinedPartition",
+    "MiningResult",
+    "compute_mining",
+    "mine_partition",
+    "procedural_candidate_id",
+    "read_mine_state",
+    "write_mining",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -171,13 +180,13 @@ def _with_claims(table: Any) -> Any:
     return pc.fill_null(pc.not_equal(table.column("claims"), "[]"), fill_value=False)
 
 
-def _scan(stores: Stores, partition: Partition) -> tuple[int, Any, Any]:
+def _scan(lance: LanceStore, partition: Partition) -> tuple[int, Any, Any]:
     """(active episodes, those with actions or claims, which of those have actions)."""
     where = (
         f"tenant_id = {sql_quote(partition.tenant_id)} AND "
         f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
     )
-    table = stores.lance.scan("episodes", where=where, columns=_COLUMNS)
+    table = lance.scan("episodes", where=where, columns=_COLUMNS)
     total = table.num_rows
     has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
     keep = pc.or_kleene(_with_claims(table), has_actions)
@@ -683,28 +692,55 @@ def _mining_config(settings: Settings, partition: Partition) -> list[Any]:
     return [settings.policy.model_dump(), settings.steps.model_dump(), partition.namespace]
 
 
-def mine_partition(
-    stores: Stores,
-    settings: Settings,
-    ctx: RunContext,
-    partition: Partition,
-    *,
-    clustering: tuple[pa.Table, pa.Table] | None = None,
-) -> MiningResult:
-    """Mine one partition's changed units and its claims into candidates; idempotent per input.
+@dataclass
+class MineState:
+    """What mining a partition reads from DuckDB before its compute: the stored unit
+    fingerprints (``stores/mine_units``) and the extracted facts as claim rows. Read by the
+    process holding DuckDB and handed to ``compute_mining``, which may run in another one."""
 
-    Units whose input fingerprint is the one stored when they were last mined are carried
-    forward (``units.py``): their candidates stay as stored and count as produced, so the
-    result (and what is stored) is the same as mining every unit again. ``clustering``: the
-    partition's (clusters, members) as stored now, when the caller just clustered it
-    (``ClusterResult.clustering``); otherwise they are read."""
-    total, table, has_actions = _scan(stores, partition)
-    result = MiningResult(partition.key, episodes=total)
-    info, members = clustering or cluster_store.load_partition(
-        stores.meta, partition.tenant_id, partition.namespace, centroids=False
+    units: dict[str, tuple[str, dict[str, Any]]]
+    extracted: list[dict[str, Any]]
+
+
+@dataclass
+class MinedPartition:
+    """What ``compute_mining`` leaves for the writer (``write_mining``): the candidates of the
+    touched units (twins not yet checked against the store), the claims, the units carried
+    forward, and the fingerprints and evidence pins to store."""
+
+    result: MiningResult
+    units: dict[str, _UnitOut]
+    kept: dict[str, dict[str, Any]]
+    fingerprints: dict[str, str]
+    claims: list[Candidate]
+    blocked: dict[str, int]
+    cluster_ids: set[str]
+    pins: dict[str, tuple[str | None, str | None]]
+
+
+def read_mine_state(stores: Stores, partition: Partition) -> MineState:
+    """The partition's stored unit fingerprints and extracted claims."""
+    return MineState(
+        units=load_units(stores.meta, partition.tenant_id, partition.namespace),
+        extracted=extracted_claim_rows(stores, partition),
     )
+
+
+def compute_mining(
+    lance: LanceStore,
+    settings: Settings,
+    partition: Partition,
+    state: MineState,
+    clustering: tuple[pa.Table, pa.Table],
+) -> MinedPartition:
+    """Mine the partition's changed units and its claims from Lance and ``state``: no DuckDB,
+    so it runs in any process (``stages/consolidate_pool.py``). ``clustering``: the partition's
+    (clusters, members) as stored after clustering."""
+    total, table, has_actions = _scan(lance, partition)
+    result = MiningResult(partition.key, episodes=total)
+    info, members = clustering
     plan = plan_units(table, has_actions, info, members, _mining_config(settings, partition))
-    stored = load_units(stores.meta, partition.tenant_id, partition.namespace)
+    stored = state.units
     kept = {u: stored[u][1] for u, fp in plan.fingerprints.items() if stored.get(u, ("",))[0] == fp}
     touched = set(plan.fingerprints) - set(kept)
     # only the units to mine are read: a kept unit's episodes (claims or not) are not re-mined
@@ -712,45 +748,63 @@ def mine_partition(
     remined = table.filter(pc.is_in(table.column("episode_id"), value_set=ids))
     evidence = _Evidence.of(remined, plan.episodes, settings, partition.namespace)
     units = _mine_clusters(settings, partition, evidence, members)
-    _keep_twins(stores, units)
     result.clusters = plan.clusters
     result.units_mined, result.units_kept = len(units), len(kept)
-    procedural = [c for unit in units.values() for c in unit.procedural]
-    twins = [c for unit in units.values() for c in [*unit.twins, *unit.pitfalls]]
     # facts extracted from conversations (stages/extract) enter as claims on their evidence
-    extracted = extracted_claim_rows(stores, partition)
     claims = aggregate_claims(
-        [*_claim_rows(table), *extracted],
+        [*_claim_rows(table), *state.extracted],
         settings.claims,
         tenant_id=partition.tenant_id,
         namespace=partition.namespace,
         policy_version=settings.policy.version,
         proposal=proposal_rule(settings.extract),
     )
-    candidates = [*procedural, *twins, *claims.candidates]
+    return MinedPartition(
+        result=result,
+        units=units,
+        kept=kept,
+        fingerprints=plan.fingerprints,
+        claims=list(claims.candidates),
+        blocked=dict(claims.blocked),
+        cluster_ids=set(info.column("cluster_id").to_pylist()),
+        pins=evidence.pins(),
+    )
+
+
+def write_mining(
+    stores: Stores, settings: Settings, ctx: RunContext, partition: Partition,
+    mined: MinedPartition,
+) -> MiningResult:  # fmt: skip
+    """Store what ``compute_mining`` found (DuckDB reads and writes): twins kept in step with
+    the store, stale pending candidates retired, candidates upserted, unit state saved,
+    blocked claims audited; the result."""
+    result, units, kept = mined.result, mined.units, mined.kept
+    _keep_twins(stores, units)
+    procedural = [c for unit in units.values() for c in unit.procedural]
+    twins = [c for unit in units.values() for c in [*unit.twins, *unit.pitfalls]]
+    candidates = [*procedural, *twins, *mined.claims]
     produced = {c.candidate_id for c in candidates}
     produced.update(cid for done in kept.values() for cid in done["ids"])
-    mined = {key: unit.produced() for key, unit in units.items()}
-    for done in [*mined.values(), *kept.values()]:
+    done_units = {key: unit.produced() for key, unit in units.items()}
+    for done in [*done_units.values(), *kept.values()]:
         result.procedural += done["procedural"]
         result.passed += done["passed"]
         result.pitfalls += done["pitfalls"]
         result.insights += done["insights"]
     result.auto_rejected = result.procedural - result.passed
-    result.preferences = len(claims.candidates)
-    stale = _stale(stores, partition, produced, set(info.column("cluster_id").to_pylist()),
-                   settings.policy.version)  # fmt: skip
+    result.preferences = len(mined.claims)
+    stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version)
     result.stale = len(stale)
     if not ctx.dry_run:
         result.upserted = upsert_candidates(
             stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now,
-            pins=evidence.pins(),
+            pins=mined.pins,
         )  # fmt: skip
         crash_point("mine.upserted")
-        fingerprints = {key: (plan.fingerprints[key], mined[key]) for key in mined}
+        fingerprints = {key: (mined.fingerprints[key], done_units[key]) for key in done_units}
         save_units(stores.meta, partition.tenant_id, partition.namespace, fingerprints,
                    keep=set(kept), run_id=ctx.run_id, now=ctx.now)  # fmt: skip
-        result.blocked_claims = _count_blocked(stores, ctx, partition, claims.blocked)
+        result.blocked_claims = _count_blocked(stores, ctx, partition, mined.blocked)
     logger.info(
         "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "
         "blocked_claims=%d upserted=%s",
@@ -765,3 +819,27 @@ def mine_partition(
         result.upserted,
     )
     return result
+
+
+def mine_partition(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    partition: Partition,
+    *,
+    clustering: tuple[pa.Table, pa.Table] | None = None,
+) -> MiningResult:
+    """Mine one partition's changed units and its claims into candidates; idempotent per input.
+
+    Units whose input fingerprint is the one stored when they were last mined are carried
+    forward (``units.py``): their candidates stay as stored and count as produced, so the
+    result (and what is stored) is the same as mining every unit again. ``clustering``: the
+    partition's (clusters, members) as stored now, when the caller just clustered it
+    (``ClusterResult.clustering``); otherwise they are read. The same three steps the
+    process pool runs apart (``stages/consolidate_pool.py``): read, compute, write."""
+    clustering = clustering or cluster_store.load_partition(
+        stores.meta, partition.tenant_id, partition.namespace, centroids=False
+    )
+    state = read_mine_state(stores, partition)
+    mined = compute_mining(stores.lance, settings, partition, state, clustering)
+    return write_mining(stores, settings, ctx, partition, mined)

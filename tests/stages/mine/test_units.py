@@ -73,7 +73,7 @@ def test_fingerprints_do_not_depend_on_row_order(mem, kit) -> None:
     from memory_core.stages.mine.stage import _scan
     from memory_core.stores import clusters as cluster_store
 
-    _, table, has_actions = _scan(mem.stores, Partition("acme", "it"))
+    _, table, has_actions = _scan(mem.stores.lance, Partition("acme", "it"))
     info, members = cluster_store.load_partition(mem.stores.meta, "acme", "it", centroids=False)
     plan = plan_units(table, has_actions, info, members, ["cfg"])
     order = list(reversed(range(table.num_rows)))
