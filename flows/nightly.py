@@ -64,9 +64,13 @@ def consolidate_partitions(
     run_id: str,
     now_iso: str,
     recluster: bool,
+    processes: int = 0,
 ) -> list[dict[str, Any]]:
     """Cluster, then mine, for a batch of partitions, each under the stage ledger
     (stages/consolidate.py): one task run and one store open for the batch, not per partition.
+
+    ``processes`` > 0: the batch is every partition of the night, computed in that many worker
+    processes while this task's thread alone writes DuckDB (stages/consolidate_pool.py).
 
     Each partition still commits and ledgers on its own, so a crash or a retry redoes only the
     partitions without a ledger entry. On the threads runner the batch holds one DuckDB
@@ -75,19 +79,38 @@ def consolidate_partitions(
     the file locked against the others for a whole batch."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), run_id=run_id)
-    results = []
+    work = [
+        LedgeredWork(
+            stage=STAGE,
+            partition=Partition(item["tenant_id"], item["namespace"]),
+            input_hash=item["input_hash"],
+            watermark_at=datetime.fromisoformat(item["max_recorded_iso"])
+            if item["max_recorded_iso"]
+            else None,
+        )
+        for item in units
+    ]
+    if processes > 0:
+        from memory_core.stages.consolidate_pool import consolidate_in_processes
+
+        return consolidate_in_processes(
+            stores, settings, ctx, work, recluster=recluster, workers=processes
+        )
     with stores.meta.session() if settings.runner.kind == "threads" else nullcontext():
-        for item in units:
-            unit = LedgeredWork(
-                stage=STAGE,
-                partition=Partition(item["tenant_id"], item["namespace"]),
-                input_hash=item["input_hash"],
-                watermark_at=datetime.fromisoformat(item["max_recorded_iso"])
-                if item["max_recorded_iso"]
-                else None,
-            )
-            results.append(consolidate(stores, settings, ctx, unit, recluster=recluster))
-    return results
+        return [consolidate(stores, settings, ctx, unit, recluster=recluster) for unit in work]
+
+
+def compute_processes(plan: list[PlannedPartition], settings: Settings) -> int:
+    """Worker processes for the night's partitions (0: the runner's tasks do them in-thread).
+
+    Processes only on the threads runner (Dask and Ray workers are processes already) and only
+    when the partitions with new episodes hold ``runner.processes_from_episodes`` or more: the
+    workers' start-up (imports) would outweigh a small night's compute."""
+    runner = settings.runner
+    if runner.kind != "threads" or not plan:
+        return 0
+    episodes = sum(p.work.episodes for p in plan if p.work.new_episodes > 0)
+    return runner.max_workers if episodes >= runner.processes_from_episodes else 0
 
 
 def partition_batches(plan: list[PlannedPartition], tasks: int) -> list[list[int]]:
@@ -309,7 +332,11 @@ def _consolidate(
         logger.warning("%s", extracted["skipped"])
     crash_point("nightly.extracted")
     plan = consolidation_plan(stores, settings, recluster=recluster)
-    batches = partition_batches(plan, TASKS_PER_WORKER * settings.runner.max_workers)
+    processes = compute_processes(plan, settings)
+    if processes:  # one task: its thread is the one DuckDB writer, the compute in processes
+        batches = [list(range(len(plan)))]
+    else:
+        batches = partition_batches(plan, TASKS_PER_WORKER * settings.runner.max_workers)
     futures = [
         consolidate_partitions.submit(
             settings_data=settings_data,
@@ -327,6 +354,7 @@ def _consolidate(
             run_id=ctx.run_id,
             now_iso=now_iso,
             recluster=recluster,
+            processes=processes,
         )
         for batch in batches
     ]
@@ -357,6 +385,7 @@ def _consolidate(
         "now": ctx.now.isoformat(),
         "partitions": len(plan),
         "partition_tasks": len(batches),
+        "partition_processes": processes,
         "skipped": sum(1 for r in results if r.get("skipped")),
         "results": results,
         "embed": embedded,

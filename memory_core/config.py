@@ -434,6 +434,20 @@ class RunnerConfig(BaseModel):
     )
     processes: bool = Field(default=True, description="local Dask cluster: worker processes")
     threads_per_worker: int = Field(default=1, ge=1, description="local Dask cluster")
+    # Threads runner only. A night whose partitions with new episodes hold at least this many
+    # episodes clusters and mines them in ``max_workers`` worker processes, with one DuckDB
+    # writer in the flow's process (stages/consolidate_pool.py): the compute is Python under
+    # the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Below it, today's threads: each
+    # worker process pays the stages' imports (~1.5 CPU s here), more than a small night's
+    # work. The default puts the 100k and 1M benches (bench/scale.py: 10 and 100 partitions
+    # of 10k) on processes and the test suite's and the demo's homes (a few thousand) on
+    # threads. 0: always processes.
+    processes_from_episodes: int = Field(
+        default=50_000,
+        ge=0,
+        description="threads runner: episodes (in partitions with new ones) from which "
+        "partitions are clustered and mined in worker processes; 0 = always",
+    )
 
 
 class StalenessConfig(BaseModel):

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flows.nightly import partition_batches, run_nightly
+from memory_core.context import RunContext
 from memory_core.eval.demo_truth import score_candidates_against_truth
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.schemas import TABLES
@@ -286,3 +287,55 @@ def test_summary_table_counts_the_candidates_mine_produced():
     }  # fmt: skip
     rows = [line for line in _summary_markdown(summary).splitlines() if line.startswith("| t")]
     assert rows == ["| t1/ns | 5 | 2 | 10 |", "| t2/ns | skipped | | |"]
+
+
+@pytest.mark.slow
+def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
+    """With ``runner.processes_from_episodes`` at 0 the flow clusters and mines in worker
+    processes (stages/consolidate_pool.py), and the stores end as the threads path leaves
+    them: the same candidates, clusters, members, ledger and watermarks."""
+    from memory_core.config import load_settings
+    from memory_core.embed import HashEmbedder
+    from memory_core.stages.ingest import ingest_records
+    from memory_core.stores import open_stores
+    from tests.flows.crash_kit import diff, snapshot
+
+    snaps, summaries = {}, {}
+    for threshold in (10**9, 0):
+        settings = load_settings(
+            home=tmp_path / str(threshold), runner={"processes_from_episodes": threshold}
+        )
+        stores = open_stores(settings)
+        ingest_records(stores, settings, RunContext(now=NOW), _seed_scenario(),
+                       embedder=HashEmbedder(384), source="episodes.jsonl")  # fmt: skip
+        summaries[threshold] = run_nightly(settings, now=NOW)
+        snaps[threshold] = snapshot(stores)
+    assert summaries[10**9]["partition_processes"] == 0
+    assert summaries[0]["partition_processes"] == 2  # runner.max_workers
+    assert summaries[0]["partition_tasks"] == 1  # one writer task for every partition
+    assert summaries[0]["candidates_by_status"] == summaries[10**9]["candidates_by_status"]
+    assert summaries[0]["candidates_by_status"]
+    problems = diff(snaps[10**9], snaps[0])
+    assert not problems, "\n".join(problems)
+
+
+def test_processes_only_for_big_nights_on_the_threads_runner():
+    """Worker processes when the partitions with new episodes hold the threshold's episodes
+    (partitions without new ones do not count); never on Dask or Ray (processes already)."""
+    from types import SimpleNamespace
+
+    from flows.nightly import compute_processes
+    from memory_core.config import Settings
+
+    def plan(*sizes: tuple[int, int]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(work=SimpleNamespace(episodes=e, new_episodes=n))
+                for e, n in sizes]  # fmt: skip
+
+    settings = Settings.model_validate({"runner": {"processes_from_episodes": 50_000}})
+    assert Settings().runner.processes_from_episodes == 50_000  # the documented default
+    big = plan((30_000, 10), (30_000, 1))
+    assert compute_processes(big, settings) == 2  # type: ignore[arg-type]
+    assert compute_processes(plan((30_000, 10), (30_000, 0)), settings) == 0  # type: ignore[arg-type]
+    assert compute_processes([], settings) == 0
+    dask = Settings.model_validate({"runner": {"kind": "dask", "processes_from_episodes": 0}})
+    assert compute_processes(big, dask) == 0  # type: ignore[arg-type]

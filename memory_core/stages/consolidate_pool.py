@@ -1,0 +1,208 @@
+"""Consolidation with the partitions' compute in worker processes and one DuckDB writer.
+
+Why: clustering and mining are mostly Python (under the GIL) and numpy on one BLAS thread, so
+the threads runner's two workers kept ~1.3 of the 2 cores busy at 1M episodes (BENCHMARKS.md,
+s30: the DuckDB statements of one thread also wait on the other's). Here each partition is
+split at the boundary the stages draw (``cluster.stage.read_cluster_state`` /
+``compute_clusters`` / ``write_clusters``, ``mine.stage.read_mine_state`` / ``compute_mining``
+/ ``write_mining``):
+
+* the calling process (the only one that opens DuckDB) checks the ledger, reads the
+  partition's stored state (clusters, members, recorded parameters, unit fingerprints,
+  extracted claims) and hands it, as plain data, to a worker;
+* the worker reads the partition's episodes and vectors from Lance, clusters and mines, and
+  returns the rows to write (no DuckDB in workers: a process holding the file locks every
+  other process out of it);
+* the caller writes each partition as ``consolidate_partition`` does, in plan order, under
+  the stage ledger in one transaction, so a crash or a retry converges exactly as on the
+  threads path (the compute writes nothing anywhere).
+
+A few partitions are read ahead of the one being written (``_AHEAD`` beyond the workers), so
+the workers keep computing while the caller writes. Workers are started with "spawn" (never
+fork a process that holds DuckDB, Lance and Prefect threads); each pays the imports of the
+stages (~1.5 CPU s here), which is why the flow uses this path only for big nights
+(``RunnerConfig.processes_from_episodes``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.context import Partition, RunContext
+from memory_core.crash import crash_point
+from memory_core.stages.cluster.stage import (
+    ClusterOutcome,
+    ClusterState,
+    compute_clusters,
+    read_cluster_state,
+    write_clusters,
+)
+from memory_core.stages.mine.stage import (
+    MinedPartition,
+    MineState,
+    compute_mining,
+    read_mine_state,
+    write_mining,
+)
+from memory_core.stages.stage_ledger import LedgeredWork, run_once
+from memory_core.stores import Stores
+from memory_core.stores.lance import LanceStore
+from memory_core.stores.ledger import ledger_has
+
+__all__ = ["PartitionState", "consolidate_in_processes"]
+
+_AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits on a write
+
+
+@dataclass
+class PartitionState:
+    """What a worker needs from DuckDB to compute one partition."""
+
+    cluster: ClusterState
+    mine: MineState
+
+
+@dataclass
+class _Computed:
+    """A worker's answer for one partition, and the seconds each stage's compute took."""
+
+    cluster: ClusterOutcome
+    mined: MinedPartition
+    seconds: dict[str, float]
+
+
+def read_partition_state(stores: Stores, partition: Partition) -> PartitionState:
+    """The partition's stored state both stages start from (DuckDB reads only)."""
+    return PartitionState(
+        cluster=read_cluster_state(stores, partition), mine=read_mine_state(stores, partition)
+    )
+
+
+# ---- worker side: one Lance handle and the settings per process ---------------------------
+
+_worker: dict[str, Any] = {}
+
+
+def _start_worker(settings_data: dict[str, Any], parent: int) -> None:
+    """Per worker process: the settings and a Lance handle, and a watch on the parent (a
+    SIGKILLed parent, as the crash harness does, must not leave workers behind)."""
+    settings = Settings.model_validate(settings_data)
+    _worker["settings"] = settings
+    _worker["lance"] = LanceStore(
+        settings.lance_uri, storage_options=settings.stores.storage_options
+    )
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _compute(ctx: RunContext, partition: Partition, state: PartitionState, *,
+             recluster: bool) -> _Computed:  # fmt: skip
+    """Cluster, then mine, one partition from Lance and ``state`` (in a worker process)."""
+    settings: Settings = _worker["settings"]
+    lance: LanceStore = _worker["lance"]
+    t0 = time.perf_counter()
+    cluster = compute_clusters(lance, settings.cluster, ctx, partition, state.cluster,
+                               recluster=recluster, steps=settings.steps)  # fmt: skip
+    t1 = time.perf_counter()
+    clustering = cluster.result.clustering
+    assert clustering is not None  # every compute path sets it
+    mined = compute_mining(lance, settings, partition, state.mine, clustering)
+    cluster.result.clustering = None  # the writer needs the rows to save, not the state again
+    seconds = {"cluster": t1 - t0, "mine": time.perf_counter() - t1}
+    return _Computed(cluster=cluster, mined=mined, seconds=seconds)
+
+
+# ---- caller side: the one DuckDB writer ---------------------------------------------------
+
+
+def _write(stores: Stores, settings: Settings, ctx: RunContext, unit: LedgeredWork,
+           computed: _Computed) -> dict[str, Any]:  # fmt: skip
+    """One partition's writes, in ``consolidate_partition``'s order, with its crash points."""
+    partition = unit.partition
+
+    def work() -> dict[str, Any]:
+        t0 = time.perf_counter()
+        clustered = write_clusters(stores, ctx, partition, computed.cluster)
+        t1 = time.perf_counter()
+        crash_point("partition.clustered")
+        mined = write_mining(stores, settings, ctx, partition, computed.mined)
+        t2 = time.perf_counter()
+        crash_point("partition.mined")
+        spent = computed.seconds
+        return {
+            "cluster": clustered.as_dict(),
+            "mine": mined.as_dict(),
+            # compute (in a worker) + write (here), per stage, as the threads path reports
+            "seconds": {
+                "cluster": round(spent["cluster"] + t1 - t0, 3),
+                "mine": round(spent["mine"] + t2 - t1, 3),
+            },
+        }
+
+    with stores.meta.atomic():
+        return run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)
+
+
+def consolidate_in_processes(
+    stores: Stores,
+    settings: Settings,
+    ctx: RunContext,
+    units: list[LedgeredWork],
+    *,
+    recluster: bool,
+    workers: int,
+) -> list[dict[str, Any]]:
+    """``consolidate_partition`` for every unit, in order, with the compute in ``workers``
+    processes; the results in ``units``' order (the same results, and the same stored rows,
+    as the threads path)."""
+    results: list[dict[str, Any] | None] = [None] * len(units)
+    todo = iter(enumerate(units))
+    window: deque[tuple[int, LedgeredWork, Future[_Computed]]] = deque()
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(settings.model_dump(mode="json"), os.getpid()),
+    )
+
+    def refill() -> None:
+        while len(window) < workers + _AHEAD:
+            nxt = next(todo, None)
+            if nxt is None:
+                return
+            index, unit = nxt
+            part = unit.partition
+            if ledger_has(stores.meta, stage=unit.stage, partition_key=part.key,
+                          input_hash=unit.input_hash):  # fmt: skip
+                results[index] = {"partition": part.key, "skipped": True}
+                continue
+            state = read_partition_state(stores, part)
+            future = pool.submit(_compute, ctx, part, state, recluster=recluster)
+            window.append((index, unit, future))
+
+    try:
+        with stores.meta.session():
+            refill()
+            while window:
+                index, unit, future = window.popleft()
+                computed = future.result()
+                refill()  # the next partitions go out before this one's writes
+                results[index] = _write(stores, settings, ctx, unit, computed)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return [r for r in results if r is not None]

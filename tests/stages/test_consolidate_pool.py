@@ -1,0 +1,165 @@
+"""The process path of consolidation (stages/consolidate_pool.py) against the in-thread one.
+
+Real worker processes (spawn), real Lance and DuckDB on tmp homes: a home of three partitions
+is consolidated once partition by partition in-thread (``consolidate_partition``, what the
+threads runner's tasks call) and once with the compute in two worker processes; every table
+must hold the same rows (minus run ids and write times), on the first night and on a second
+one with new episodes. A run SIGKILLed between two partitions' commits converges on rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.context import RunContext
+from memory_core.crash import KILL_ENV
+from memory_core.embed import HashEmbedder
+from memory_core.stages.consolidate import consolidate_partition, consolidation_plan
+from memory_core.stages.consolidate_pool import consolidate_in_processes
+from memory_core.stages.embed import embed_episodes
+from memory_core.stages.ingest import ingest_records
+from memory_core.stores import Stores, open_stores
+from memory_core.stores.ledger import ledger_has
+from tests.flows.crash_kit import diff, scenario_lines, snapshot
+
+NIGHT1 = datetime(2026, 8, 1, tzinfo=UTC)
+NIGHT2 = datetime(2026, 8, 2, tzinfo=UTC)
+NAMESPACES = ("it", "hr", "ops")
+
+
+def _lines(tag: str) -> list[str]:
+    """The crash scenario (procedures, counterexamples, preferences) once per namespace, ids
+    made unique by ``tag`` and the namespace."""
+    out = []
+    for namespace in NAMESPACES:
+        for line in scenario_lines():
+            row = json.loads(line)
+            row["namespace"] = namespace
+            row["episode_id"] = f"{tag}-{namespace}-{row['episode_id']}"
+            if tag != "a":  # the second night's episodes happen later
+                row["occurred_at"] = "2026-07-31" + row["occurred_at"][10:]
+            out.append(json.dumps(row))
+    return out
+
+
+def _add(settings: Settings, lines: list[str], now: datetime) -> None:
+    stores, embedder, ctx = open_stores(settings), HashEmbedder(384), RunContext(now=now)
+    ingest_records(stores, settings, ctx, lines, embedder=embedder, source="episodes.jsonl")
+    embed_episodes(stores, settings, ctx, embedder=embedder)
+
+
+def _night(stores: Stores, settings: Settings, now: datetime, *, processes: int) -> list[Any]:
+    ctx = RunContext(now=now, run_id=f"run-{now:%d}")
+    units = [p.unit for p in consolidation_plan(stores, settings, recluster=False)]
+    if processes:
+        out = consolidate_in_processes(
+            stores, settings, ctx, units, recluster=False, workers=processes
+        )
+    else:
+        out = [consolidate_partition(stores, settings, ctx, u, recluster=False) for u in units]
+    for result in out:
+        result.pop("seconds", None)  # wall time, not a result
+    return out
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three partitions ingested and embedded, nothing consolidated; cases work on copies."""
+    home = tmp_path_factory.mktemp("pool") / "home"
+    _add(load_settings(home=home), _lines("a"), NIGHT1)
+    return home
+
+
+def _copy(template: Path, to: Path) -> tuple[Settings, Stores]:
+    shutil.copytree(template, to)
+    settings = load_settings(home=to)
+    return settings, open_stores(settings)
+
+
+@pytest.mark.slow
+def test_process_path_stores_what_the_thread_path_stores(template: Path, tmp_path: Path) -> None:
+    snaps, results = {}, {}
+    for processes in (0, 2):
+        settings, stores = _copy(template, tmp_path / f"home{processes}")
+        first = _night(stores, settings, NIGHT1, processes=processes)
+        _add(settings, _lines("b"), NIGHT2)
+        second = _night(stores, settings, NIGHT2, processes=processes)
+        snaps[processes], results[processes] = snapshot(stores), (first, second)
+    first, second = results[2]
+    assert len(first) == len(NAMESPACES) and not any(r["skipped"] for r in first)
+    assert sum(r["mine"]["passed"] for r in first) >= len(NAMESPACES)  # something was mined
+    assert all(r["cluster"]["new_members"] > 0 for r in second)  # the second night had work
+    assert results[2] == results[0]
+    problems = diff(snaps[0], snaps[2])
+    assert not problems, "\n".join(problems)
+    assert snaps[2]["candidates"] and snaps[2]["cluster_members"]
+
+
+def test_a_rerun_skips_what_the_ledger_holds(template: Path, tmp_path: Path) -> None:
+    settings, stores = _copy(template, tmp_path / "home")
+    _night(stores, settings, NIGHT1, processes=2)
+    before = snapshot(stores)
+    again = _night(stores, settings, NIGHT1, processes=2)
+    assert [r["skipped"] for r in again] == [True] * len(NAMESPACES)
+    assert not diff(before, snapshot(stores))
+
+
+_KILLED = """
+import sys
+from datetime import datetime
+from memory_core.config import load_settings
+from memory_core.context import RunContext
+from memory_core.stages.consolidate import consolidation_plan
+from memory_core.stages.consolidate_pool import consolidate_in_processes
+from memory_core.stores import open_stores
+
+settings = load_settings(home=sys.argv[1])
+stores = open_stores(settings)
+units = [p.unit for p in consolidation_plan(stores, settings, recluster=False)]
+ctx = RunContext(now=datetime.fromisoformat(sys.argv[2]), run_id="run-killed")
+consolidate_in_processes(stores, settings, ctx, units, recluster=False, workers=2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["partition.mined#2", "mine.upserted#3"])
+def test_a_run_killed_between_partitions_converges(
+    point: str, template: Path, tmp_path: Path
+) -> None:
+    settings, stores = _copy(template, tmp_path / "clean")
+    _night(stores, settings, NIGHT1, processes=2)
+    expected = snapshot(stores)
+
+    home = tmp_path / "killed"
+    shutil.copytree(template, home)  # not opened here: the killed process must get the file
+    env = {**os.environ, KILL_ENV: point}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED, str(home), NIGHT1.isoformat()],
+        env=env, capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    settings = load_settings(home=home)
+    stores = open_stores(settings)
+    plan = consolidation_plan(stores, settings, recluster=False)
+    done = [
+        ledger_has(stores.meta, stage=p.unit.stage, partition_key=p.unit.partition.key,
+                   input_hash=p.unit.input_hash)
+        for p in plan
+    ]  # fmt: skip
+    # the partitions before the kill committed whole; the one it hit left nothing
+    assert done == [True] * (int(point[-1]) - 1) + [False] * (len(plan) - int(point[-1]) + 1)
+
+    rerun = _night(stores, settings, NIGHT1, processes=2)
+    assert [r["skipped"] for r in rerun] == done
+    problems = diff(expected, snapshot(stores))
+    assert not problems, f"after a kill at {point}:\n" + "\n".join(problems)
