@@ -438,12 +438,14 @@ class RunnerConfig(BaseModel):
     # episodes clusters and mines them in ``max_workers`` worker processes, with one DuckDB
     # writer in the flow's process (stages/consolidate_pool.py): the compute is Python under
     # the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Below it, today's threads: each
-    # worker process pays the stages' imports (~1.5 CPU s here), more than a small night's
-    # work. The default puts the 100k and 1M benches (bench/scale.py: 10 and 100 partitions
-    # of 10k) on processes and the test suite's and the demo's homes (a few thousand) on
-    # threads. 0: always processes.
+    # worker process pays its start (the stages' and lancedb's imports: ~3 CPU s here, s31),
+    # more than a small night's compute saves (the 100k bench's first night computes ~4.4 CPU
+    # s of clustering and mining in all; on processes it took ~6-8 CPU s more, BENCHMARKS.md
+    # s31). The default puts the 1M bench (bench/scale.py: 100 partitions of 10k) on
+    # processes and the 100k bench, the test suite's and the demo's homes on threads.
+    # 0: always processes.
     processes_from_episodes: int = Field(
-        default=50_000,
+        default=500_000,
         ge=0,
         description="threads runner: episodes (in partitions with new ones) from which "
         "partitions are clustered and mined in worker processes; 0 = always",

@@ -332,7 +332,7 @@ def test_processes_only_for_big_nights_on_the_threads_runner():
                 for e, n in sizes]  # fmt: skip
 
     settings = Settings.model_validate({"runner": {"processes_from_episodes": 50_000}})
-    assert Settings().runner.processes_from_episodes == 50_000  # the documented default
+    assert Settings().runner.processes_from_episodes == 500_000  # the documented default
     big = plan((30_000, 10), (30_000, 1))
     assert compute_processes(big, settings) == 2  # type: ignore[arg-type]
     assert compute_processes(plan((30_000, 10), (30_000, 0)), settings) == 0  # type: ignore[arg-type]
