@@ -15,8 +15,12 @@ ephemeral Prefect server (not timed), then
   (cluster + mine) on the runner, score (heuristic), review batches, staleness, report;
 * ``partition_s`` -- cluster + mine seconds summed over partitions, as the tasks measured
   them (on Dask, inside the worker processes);
-* ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers);
-* ``peak_rss_mb`` -- the flow process's peak resident memory after the first night;
+* ``cpu_s`` -- CPU seconds of the process and its reaped children (the Dask workers, and the
+  threads runner's partition worker processes: stages/consolidate_pool.py, reaped each night);
+* ``peak_rss_mb`` -- the flow process's peak resident memory after the first night (one
+  process: run under ``bench/tree_rss.py`` for the whole tree with the partition workers);
+* ``partition_processes`` -- worker processes the first night's partitions ran in (0: in the
+  runner's threads); ``--processes-from N`` sets ``runner.processes_from_episodes``;
 * ``incremental_s`` -- with ``--incremental F``: a second night after ``F`` x episodes more
   arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``,
   ``incr_partition_s``), with how many mining units it re-mined and carried forward
@@ -89,7 +93,9 @@ def floors(home: Path, centroids: int = 1000, batch: int = 65_536) -> dict[str, 
     return {"rows": rows, "floor_scan_s": round(scan, 1), "floor_assign_s": round(assign, 1)}
 
 
-def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> dict[str, object]:
+def run_one(
+    home: Path, runner: str, workers: int, incremental: float = 0.0, processes_from: int = -1
+) -> dict[str, object]:
     """In a fresh process: time one nightly run on ``runner``."""
     from prefect import flow
 
@@ -97,7 +103,9 @@ def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> 
     from flows.runners import task_runner
     from memory_core.config import load_settings
 
-    options = {"kind": runner, "max_workers": workers}
+    options: dict[str, object] = {"kind": runner, "max_workers": workers}
+    if processes_from >= 0:  # else the configured default (runner.processes_from_episodes)
+        options["processes_from_episodes"] = processes_from
     settings = load_settings(home=home, embed={"model": "hash"}, runner=options)
 
     @flow(name="warm-up")
@@ -117,6 +125,7 @@ def run_one(home: Path, runner: str, workers: int, incremental: float = 0.0) -> 
     )
     out: dict[str, object] = {
         "runner": summary.get("runner", runner),
+        "partition_processes": summary.get("partition_processes", 0),
         "partitions": summary["partitions"],
         "candidates": sum(summary["candidates_by_status"].values()),
         "cluster_start_s": round(cluster_start, 1),
@@ -163,12 +172,20 @@ def main() -> None:
         help="then a second night with this share of new episodes (0.01 = 1%%)",
     )
     parser.add_argument("--no-floors", dest="floors", action="store_false")
+    parser.add_argument(
+        "--processes-from",
+        type=int,
+        default=-1,
+        help="runner.processes_from_episodes for the nights (0: partitions in worker processes "
+        "always; a huge number: never); default: the configured one",
+    )
     parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--floor", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--runner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
-        print(json.dumps(run_one(args.run, args.runner, args.workers, args.incremental)))
+        print(json.dumps(run_one(args.run, args.runner, args.workers, args.incremental,
+                                 args.processes_from)))  # fmt: skip
         return
     if args.floor:
         print(json.dumps(floors(args.floor)))
@@ -195,7 +212,8 @@ def main() -> None:
                 load0 = os.getloadavg()[0]
                 out = subprocess.run(
                     [sys.executable, __file__, "--run", str(home), "--runner", runner,
-                     "--workers", str(args.workers), "--incremental", str(args.incremental)],
+                     "--workers", str(args.workers), "--incremental", str(args.incremental),
+                     "--processes-from", str(args.processes_from)],
                     capture_output=True, text=True, env=env, check=False,
                 )  # fmt: skip
                 if out.returncode != 0:
