@@ -20,7 +20,7 @@ ephemeral Prefect server (not timed), then
 * ``peak_rss_mb`` -- the flow process's peak resident memory after the first night (one
   process: run under ``bench/tree_rss.py`` for the whole tree with the partition workers);
 * ``partition_processes`` -- worker processes the first night's partitions ran in (0: in the
-  runner's threads); ``--processes-from N`` sets ``runner.processes_from_episodes``;
+  runner's threads); ``--processes-from N`` sets ``runner.processes_from_episodes`` (1: always);
 * ``incremental_s`` -- with ``--incremental F``: a second night after ``F`` x episodes more
   arrived (same partitions and problems, later times), timed the same way (``incr_cpu_s``,
   ``incr_partition_s``), with how many mining units it re-mined and carried forward
@@ -176,8 +176,8 @@ def main() -> None:
         "--processes-from",
         type=int,
         default=-1,
-        help="runner.processes_from_episodes for the nights (0: partitions in worker processes "
-        "always; a huge number: never); default: the configured one",
+        help="runner.processes_from_episodes for the nights (1: partitions in worker processes "
+        "always; 0: never); default: the configured one",
     )
     parser.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--floor", type=Path, help=argparse.SUPPRESS)

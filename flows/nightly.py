@@ -103,11 +103,12 @@ def consolidate_partitions(
 def compute_processes(plan: list[PlannedPartition], settings: Settings) -> int:
     """Worker processes for the night's partitions (0: the runner's tasks do them in-thread).
 
-    Processes only on the threads runner (Dask and Ray workers are processes already) and only
-    when the partitions with new episodes hold ``runner.processes_from_episodes`` or more: the
-    workers' start-up (imports) would outweigh a small night's compute."""
+    Processes only on the threads runner (Dask and Ray workers are processes already), only
+    when configured (``runner.processes_from_episodes`` > 0) and only when the partitions with
+    new episodes hold that many episodes or more: the workers' start-up (imports) would
+    outweigh a small night's compute."""
     runner = settings.runner
-    if runner.kind != "threads" or not plan:
+    if runner.kind != "threads" or not plan or runner.processes_from_episodes == 0:
         return 0
     episodes = sum(p.work.episodes for p in plan if p.work.new_episodes > 0)
     return runner.max_workers if episodes >= runner.processes_from_episodes else 0

@@ -434,21 +434,19 @@ class RunnerConfig(BaseModel):
     )
     processes: bool = Field(default=True, description="local Dask cluster: worker processes")
     threads_per_worker: int = Field(default=1, ge=1, description="local Dask cluster")
-    # Threads runner only. A night whose partitions with new episodes hold at least this many
-    # episodes clusters and mines them in ``max_workers`` worker processes, with one DuckDB
-    # writer in the flow's process (stages/consolidate_pool.py): the compute is Python under
-    # the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Below it, today's threads: each
-    # worker process pays its start (the stages' and lancedb's imports: ~3 CPU s here, s31),
-    # more than a small night's compute saves (the 100k bench's first night computes ~4.4 CPU
-    # s of clustering and mining in all; on processes it took ~6-8 CPU s more, BENCHMARKS.md
-    # s31). The default puts the 1M bench (bench/scale.py: 100 partitions of 10k) on
-    # processes and the 100k bench, the test suite's and the demo's homes on threads.
-    # 0: always processes.
+    # Threads runner only, and off by default (0). N > 0: a night whose partitions with new
+    # episodes hold at least N episodes clusters and mines them in ``max_workers`` worker
+    # processes, with one DuckDB writer in the flow's process (stages/consolidate_pool.py):
+    # the compute is Python under the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Off
+    # by default because it has not yet paid for itself here (BENCHMARKS.md, s31): each worker
+    # pays its start (the stages' and lancedb's imports, ~3 CPU s), ~7 CPU s a night, more
+    # than the 100k bench's whole clustering and mining (~4.4 CPU s); and at 1M the workers'
+    # ~1.2 GB put the process tree at 2.7 GB, over the 2 GB the 1M night must stay within.
     processes_from_episodes: int = Field(
-        default=500_000,
+        default=0,
         ge=0,
         description="threads runner: episodes (in partitions with new ones) from which "
-        "partitions are clustered and mined in worker processes; 0 = always",
+        "partitions are clustered and mined in worker processes; 0 = never",
     )
 
 

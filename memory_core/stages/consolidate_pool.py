@@ -21,7 +21,7 @@ A few partitions are read ahead of the one being written (``_AHEAD`` beyond the 
 the workers keep computing while the caller writes. Workers are started with "spawn" (never
 fork a process that holds DuckDB, Lance and Prefect threads); each pays the imports of the
 stages and of lancedb (~3 CPU s here, s31), which is why the flow uses this path only for big
-nights (``RunnerConfig.processes_from_episodes``).
+nights, and only when configured (``RunnerConfig.processes_from_episodes``).
 """
 
 from __future__ import annotations

@@ -291,7 +291,7 @@ def test_summary_table_counts_the_candidates_mine_produced():
 
 @pytest.mark.slow
 def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
-    """With ``runner.processes_from_episodes`` at 0 the flow clusters and mines in worker
+    """With ``runner.processes_from_episodes`` at 1 the flow clusters and mines in worker
     processes (stages/consolidate_pool.py), and the stores end as the threads path leaves
     them: the same candidates, clusters, members, ledger and watermarks."""
     from memory_core.config import load_settings
@@ -301,7 +301,7 @@ def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
     from tests.flows.crash_kit import diff, snapshot
 
     snaps, summaries = {}, {}
-    for threshold in (10**9, 0):
+    for threshold in (0, 1):
         settings = load_settings(
             home=tmp_path / str(threshold), runner={"processes_from_episodes": threshold}
         )
@@ -310,18 +310,19 @@ def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
                        embedder=HashEmbedder(384), source="episodes.jsonl")  # fmt: skip
         summaries[threshold] = run_nightly(settings, now=NOW)
         snaps[threshold] = snapshot(stores)
-    assert summaries[10**9]["partition_processes"] == 0
-    assert summaries[0]["partition_processes"] == 2  # runner.max_workers
-    assert summaries[0]["partition_tasks"] == 1  # one writer task for every partition
-    assert summaries[0]["candidates_by_status"] == summaries[10**9]["candidates_by_status"]
-    assert summaries[0]["candidates_by_status"]
-    problems = diff(snaps[10**9], snaps[0])
+    assert summaries[0]["partition_processes"] == 0  # the default: off
+    assert summaries[1]["partition_processes"] == 2  # runner.max_workers
+    assert summaries[1]["partition_tasks"] == 1  # one writer task for every partition
+    assert summaries[1]["candidates_by_status"] == summaries[0]["candidates_by_status"]
+    assert summaries[1]["candidates_by_status"]
+    problems = diff(snaps[0], snaps[1])
     assert not problems, "\n".join(problems)
 
 
 def test_processes_only_for_big_nights_on_the_threads_runner():
     """Worker processes when the partitions with new episodes hold the threshold's episodes
-    (partitions without new ones do not count); never on Dask or Ray (processes already)."""
+    (partitions without new ones do not count); never by default (0), never on Dask or Ray
+    (processes already)."""
     from types import SimpleNamespace
 
     from flows.nightly import compute_processes
@@ -332,10 +333,10 @@ def test_processes_only_for_big_nights_on_the_threads_runner():
                 for e, n in sizes]  # fmt: skip
 
     settings = Settings.model_validate({"runner": {"processes_from_episodes": 50_000}})
-    assert Settings().runner.processes_from_episodes == 500_000  # the documented default
+    assert compute_processes(plan((10**7, 10**7)), Settings()) == 0  # type: ignore[arg-type]
     big = plan((30_000, 10), (30_000, 1))
     assert compute_processes(big, settings) == 2  # type: ignore[arg-type]
     assert compute_processes(plan((30_000, 10), (30_000, 0)), settings) == 0  # type: ignore[arg-type]
     assert compute_processes([], settings) == 0
-    dask = Settings.model_validate({"runner": {"kind": "dask", "processes_from_episodes": 0}})
+    dask = Settings.model_validate({"runner": {"kind": "dask", "processes_from_episodes": 1}})
     assert compute_processes(big, dask) == 0  # type: ignore[arg-type]
