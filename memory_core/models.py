@@ -397,15 +397,21 @@ class Candidate(BaseModel):
         """The shape `memctl candidates --format json` promises (plus extra keys)."""
         return self.model_dump(mode="json")
 
+    def _statement(self) -> dict[str, Any]:
+        """What the candidate says, apart from its evidence: both hashes start from it."""
+        return {
+            "kind": self.kind,
+            "scope": [self.tenant_id, self.subject_id, self.namespace],
+            "claim": self.claim.model_dump() if self.claim else None,
+            "procedure": self.procedure.model_dump() if self.procedure else None,
+            "conditions": self.conditions,
+        }
+
     def content_hash(self) -> str:
         """Hash of what the candidate claims and rests on; the score cache key."""
         return content_hash(
             {
-                "kind": self.kind,
-                "scope": [self.tenant_id, self.subject_id, self.namespace],
-                "claim": self.claim.model_dump() if self.claim else None,
-                "procedure": self.procedure.model_dump() if self.procedure else None,
-                "conditions": self.conditions,
+                **self._statement(),
                 "support": sorted(self.support_ids),
                 "counter": sorted(self.counterexample_ids),
             }
@@ -425,11 +431,7 @@ class Candidate(BaseModel):
         summary says something new."""
         return content_hash(
             {
-                "kind": self.kind,
-                "scope": [self.tenant_id, self.subject_id, self.namespace],
-                "claim": self.claim.model_dump() if self.claim else None,
-                "procedure": self.procedure.model_dump() if self.procedure else None,
-                "conditions": self.conditions,
+                **self._statement(),
                 "support_band": evidence_band(len(set(self.support_ids))),
                 "counter_band": evidence_band(len(set(self.counterexample_ids))),
             }
