@@ -107,8 +107,11 @@ def upsert_candidates(
             "wanted_ids", pa.table({"candidate_id": pa.array(list(incoming), pa.string())})
         )
         try:
+            # what _keep_decisions carries over is read here too: one join of the partition's
+            # ids per upsert, not a second one for the kept candidates
             found = con.execute(
-                "SELECT candidate_id, status, content_hash, body->>'$.status', score_basis "
+                "SELECT candidate_id, status, content_hash, body->>'$.status', score_basis, "
+                "importance, scorer, reason, body->'$.stats' "
                 f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         finally:
@@ -144,7 +147,9 @@ def upsert_candidates(
             counts["updated"] += 1
             writes.append((cand, chash))
         if kept:
-            writes = _keep_decisions(con, writes, kept)
+            keep = set(kept)
+            decided = {row[0]: (row[1], *row[5:9]) for row in found if row[0] in keep}
+            writes = _keep_decisions(writes, decided)
         if writes:
             stored = [c.candidate_id for c, _ in writes if c.candidate_id in existing]
             _write(con, writes, run_id=run_id, now=now, stored=stored, pins=pins)
@@ -159,22 +164,17 @@ def upsert_candidates(
 
 
 def _keep_decisions(
-    con: Any, writes: list[tuple[Candidate, str]], kept: list[str]
+    writes: list[tuple[Candidate, str]], stored: Mapping[str, tuple[Any, ...]]
 ) -> list[tuple[Candidate, str]]:
-    """``writes`` with what later stages decided about the ``kept`` candidates carried over
-    from their stored rows: the score (importance, scorer), the stats that scoring, workflow
+    """``writes`` with what later stages decided about the kept candidates carried over from
+    their stored rows (``stored``: status, importance, scorer, reason, the body's stats as
+    JSON, by candidate id): the score (importance, scorer), the stats that scoring, workflow
     text and review merged into the body (mined stats win where both have a key), and a
     decided candidate's reason (the reviewer's words, not the miner's).
 
     The miner rebuilds a candidate from its evidence alone; without this, an approved
     procedure that gained one supporting episode lost its score, its rationale and the
     reviewer's reason while keeping the status they justified."""
-    with _wanted_ids(con, kept):
-        rows = con.execute(
-            "SELECT candidate_id, status, importance, scorer, reason, body->'$.stats' "
-            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
-        ).fetchall()
-    stored = {row[0]: row[1:] for row in rows}
     out = []
     for cand, chash in writes:
         prior = stored.get(cand.candidate_id)
