@@ -20,7 +20,8 @@ split at the boundary the stages draw (``cluster.stage.read_cluster_state`` /
 A few partitions are read ahead of the one being written (``_AHEAD`` beyond the workers), so
 the workers keep computing while the caller writes. Workers are started with "spawn" (never
 fork a process that holds DuckDB, Lance and Prefect threads); each pays the imports of the
-stages and of lancedb (~3 CPU s here, s31), which is why the flow uses this path only for big
+stages (~1.3 CPU s; lancedb's ~3 more are avoided by reading Lance through pylance alone,
+``stores/lance_read.py``), which is why the flow uses this path only for big
 nights, and only when configured (``RunnerConfig.processes_from_episodes``).
 """
 
@@ -55,6 +56,7 @@ from memory_core.stages.mine.stage import (
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
 from memory_core.stores.lance import LanceStore
+from memory_core.stores.lance_read import LanceReader
 from memory_core.stores.ledger import ledger_has
 
 __all__ = ["PartitionState", "consolidate_in_processes"]
@@ -96,7 +98,8 @@ def _start_worker(settings_data: dict[str, Any], parent: int) -> None:
     SIGKILLed parent, as the crash harness does, must not leave workers behind)."""
     settings = Settings.model_validate(settings_data)
     _worker["settings"] = settings
-    _worker["lance"] = LanceStore(
+    # pylance alone: the worker only scans, and lancedb's import was most of its start
+    _worker["lance"] = LanceReader(
         settings.lance_uri, storage_options=settings.stores.storage_options
     )
 
