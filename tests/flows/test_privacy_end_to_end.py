@@ -169,7 +169,12 @@ def test_forgetting_reaches_prefect_and_every_byte_under_the_home(tmp_path: Path
     server = LocalPrefect(api_url=f"http://127.0.0.1:{_free_port()}/api", home=home / "prefect")
     server.home.mkdir(parents=True)
     seed_database(server.home)  # a migrated database, no run in it: kit/prefect.py
-    env = server.env(MEMCTL_HOME=str(home))
+    # the runner looks for due runs every 2 s instead of Prefect's 10, and the paused review
+    # run for its answer every 1 s instead of memctl's 10 (review.poll_interval_s), as the
+    # other served tests do: the runs are the same, the test waits less for them to be seen
+    env = server.env(
+        MEMCTL_HOME=str(home), PREFECT_RUNNER_POLL_FREQUENCY="2", MEMCTL_REVIEW__POLL_INTERVAL_S="1"
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
     now = datetime.now(UTC)

@@ -47,6 +47,9 @@ FIRST = (
     # (tests/kit/once.py) and this half does not wait for it
     "tests/flows/test_crash_nightly.py#1",
     "tests/flows/test_dask_runner.py",
+    # four tests that start process pools (~75 s, ~74 CPU s with their children, s32): left
+    # out of FIRST they ran last on a worker, the run's tail
+    "tests/stages/test_consolidate_pool.py",
     "tests/stages/mine/test_units.py",
     "tests/flows/test_serve_schedule.py",
     "tests/stages/mine/test_mine.py",
@@ -68,6 +71,7 @@ FIRST = (
     "tests/flows/test_review_flow.py",
     "tests/test_html_report.py",
     "tests/mcp_server/test_mcp_cli.py",
+    "tests/flows/test_mcp_save_during_flow.py",
 )
 
 
