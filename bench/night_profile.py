@@ -53,11 +53,11 @@ def _any(*names: str) -> Callable[[list[str]], bool]:
 
 
 RULES: list[tuple[str, Callable[[list[str]], bool]]] = [
-    ("cluster: clusters + members read", _under("_cluster_partition", "load_partition")),
+    ("cluster: clusters + members read", _under("cluster_partition", "load_partition")),
     ("cluster: new episodes + vectors read", _in("_load_episodes")),
-    ("cluster: clusters + members saved", _under("_cluster_partition", "save_partition_clusters")),
+    ("cluster: clusters + members saved", _under("cluster_partition", "save_partition_clusters")),
     ("cluster: parameters chosen (first night)", _in("_select")),
-    ("cluster: features + placing", _in("_cluster_partition")),
+    ("cluster: features + placing", _in("cluster_partition")),
     ("mine: partition scan", _under("mine_partition", "_scan")),
     ("mine: clusters + members read again", _under("mine_partition", "load_partition")),
     ("mine: unit planning", _any("plan_units", "load_units", "UnitPlan.episode_ids")),

@@ -96,7 +96,7 @@ class LanceStore:
         it after ``ensure_tables`` created the table, and reading a schema checks out the
         latest version (~18 ms at 1M episodes, twice per partition a night)."""
         if name not in self._dims:
-            field = self.table(name).schema.field("vector")
+            field = self._schema(name).field("vector")
             dim = getattr(field.type, "list_size", None)
             if dim is None:
                 return None
@@ -116,8 +116,15 @@ class LanceStore:
     ) -> pa.Table:
         """Every matching row (at most ``limit``; no vector search); filters use the scalar
         indices."""
-        dataset = self.table(name).to_lance()
-        return dataset.to_table(columns=columns, filter=where, limit=limit)
+        return self._dataset(name).to_table(columns=columns, filter=where, limit=limit)
+
+    def _schema(self, name: str) -> pa.Schema:
+        """The table's schema (a read-only reader, ``lance_read.py``, reads it without lancedb)."""
+        return self.table(name).schema
+
+    def _dataset(self, name: str) -> Any:
+        """The table's pylance dataset at its latest version: what ``scan`` reads."""
+        return self.table(name).to_lance()
 
     def upsert(self, name: str, rows: pa.Table) -> Any:
         """Insert rows whose id is new, replace rows whose id exists: one commit."""

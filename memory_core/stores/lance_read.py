@@ -27,7 +27,8 @@ def table_uri(uri: str, name: str) -> str:
 
 
 class LanceReader(LanceStore):
-    """``LanceStore``'s reads (``scan``, ``count``, ``vector_dim``) without lancedb; anything
+    """``LanceStore``'s reads (``scan``, ``count``, ``vector_dim``) without lancedb (they go
+    through ``_dataset`` and ``_schema``, which this class opens with pylance); anything
     else (writes, indices, lancedb's table handles) raises: a worker that needs them must
     open a ``LanceStore``."""
 
@@ -60,24 +61,8 @@ class LanceReader(LanceStore):
         msg = f"LanceReader reads only (scan, count, vector_dim); {name!r} needs a LanceStore"
         raise StoreError(msg)
 
-    def vector_dim(self, name: str) -> int | None:
-        if name not in self._dims:
-            field = self._dataset(name).schema.field("vector")
-            dim = getattr(field.type, "list_size", None)
-            if dim is None:
-                return None
-            self._dims[name] = dim
-        return self._dims[name]
+    def _schema(self, name: str) -> pa.Schema:
+        return self._dataset(name).schema
 
     def count(self, name: str, where: str | None = None) -> int:
         return int(self._dataset(name).count_rows(filter=where))
-
-    def scan(
-        self,
-        name: str,
-        *,
-        where: str | None = None,
-        columns: list[str] | None = None,
-        limit: int | None = None,
-    ) -> pa.Table:
-        return self._dataset(name).to_table(columns=columns, filter=where, limit=limit)

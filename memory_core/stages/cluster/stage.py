@@ -491,10 +491,14 @@ def cluster_partition(
     """Place the partition's unclustered episodes (or all of them, with ``recluster``).
 
     A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
-    its parameters (``selection``) and records the choice; incremental runs reuse it.
+    its parameters (``selection``) and records the choice; incremental runs reuse it. The same
+    three steps the process pool runs apart (``stages/consolidate_pool.py``): read, compute,
+    write.
     """
-    with one_blas_thread():  # small products; and the same BLAS results on every run
-        return _cluster_partition(stores, config, ctx, partition, recluster=recluster, steps=steps)
+    state = read_cluster_state(stores, partition)
+    outcome = compute_clusters(stores.lance, config, ctx, partition, state, recluster=recluster,
+                               steps=steps)  # fmt: skip
+    return write_clusters(stores, ctx, partition, outcome)
 
 
 @dataclass
@@ -566,21 +570,6 @@ def compute_clusters(
     work, no DuckDB, so it runs in any process (``stages/consolidate_pool.py``)."""
     with one_blas_thread():  # small products; and the same BLAS results on every run
         return _compute(lance, config, ctx, partition, state, recluster=recluster, steps=steps)
-
-
-def _cluster_partition(
-    stores: Stores,
-    config: ClusterConfig,
-    ctx: RunContext,
-    partition: Partition,
-    *,
-    recluster: bool,
-    steps: StepsConfig | None,
-) -> ClusterResult:
-    state = read_cluster_state(stores, partition)
-    outcome = _compute(stores.lance, config, ctx, partition, state, recluster=recluster,
-                       steps=steps)  # fmt: skip
-    return write_clusters(stores, ctx, partition, outcome)
 
 
 def _compute(
