@@ -5,7 +5,9 @@
   fresh SQLite database, no scheduler), but one for the whole run: the first xdist worker to
   need it starts it and the others use it too (each harness server cost ~21 CPU s to start
   and ~1.5 CPU s a minute idle; three workers started three). It stops when the run's main
-  pytest process ends. Without xdist it is ``prefect_test_harness`` itself.
+  pytest process ends. It runs without the task-run recorder, event persister and triggers
+  (``HARNESS_SERVICES_OFF``: no test of the harness reads what they write). Without xdist it
+  is ``prefect_test_harness`` itself.
 * ``harness_prefect``: that server, for subprocesses: a real API server on loopback, reached
   through ``PREFECT_API_URL`` like any server. Tests that only need flow runs recorded
   somewhere a subprocess can reach (the crash harnesses' killed runs) use it and start no
@@ -134,6 +136,21 @@ sys.exit(server.returncode)
 """
 
 
+# The event services the harness server does without. Its clients (in-process flows, crash
+# children, flow-run processes) send every task-run state change as an event; the task-run
+# recorder turns those into task_run rows, the event persister writes each event to SQLite,
+# the triggers evaluate automations on them: ~26% of a core through a run (py-spy, s32), for
+# rows no test of the harness reads. What the harness tests read is written by the API
+# directly (flow runs and their states, flow-run inputs, artifacts, deployments); the event
+# stream out (futures and runners may subscribe) stays on. A test that asserts on task runs or
+# events uses its own server (test_privacy_end_to_end), whose services all run.
+HARNESS_SERVICES_OFF = {
+    "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+}
+
+
 def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
     """The run's harness server's API URL: started by the first worker that asks (under a
     lock in the run's temporary root, tests/kit/once.py), found healthy by the others."""
@@ -162,6 +179,7 @@ def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
             "PREFECT__SERVER_FINAL": "1",
             **get_current_settings().to_environment_variables(exclude_unset=True),
             "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root}/prefect.db",
+            **HARNESS_SERVICES_OFF,
         }
         import prefect
 
