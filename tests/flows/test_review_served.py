@@ -49,7 +49,7 @@ from memory_core.stores import open_stores
 from memory_core.stores.facts import list_rows
 from memory_core.stores.review import get_batch, set_flow_run
 from tests.kit import forkserver
-from tests.kit.prefect import local_prefect, seed_database
+from tests.kit.prefect import EVENT_SERVICES_OFF, local_prefect, seed_database
 from tests.kit.schedule import LOCAL_PREFECT
 
 # no DuckDB instance kept open by the test process (tests/kit/duckdb_instances.py):
@@ -317,7 +317,10 @@ def test_serve_with_its_own_server_review_form_in_a_browser(tmp_path: Path) -> N
     port = _port()
     base = f"http://127.0.0.1:{port}"
     api = Api(f"{base}/api")
-    with _serve(home, _env(), tmp_path / "serve.log", "--port", str(port)) as (serve_log, proc):
+    # memctl serve's own server without the event services: the test reads flow runs, their
+    # states and inputs, never task runs or events (kit/prefect.py EVENT_SERVICES_OFF)
+    env = _env(**EVENT_SERVICES_OFF)
+    with _serve(home, env, tmp_path / "serve.log", "--port", str(port)) as (serve_log, proc):
 
         def log() -> str:
             return f"memctl serve said:\n{serve_log()}\nflow runs:\n{api.summary()}"

@@ -6,7 +6,7 @@
   need it starts it and the others use it too (each harness server cost ~21 CPU s to start
   and ~1.5 CPU s a minute idle; three workers started three). It stops when the run's main
   pytest process ends. It runs without the task-run recorder, event persister and triggers
-  (``HARNESS_SERVICES_OFF``: no test of the harness reads what they write). Without xdist it
+  (``EVENT_SERVICES_OFF``: no test of the harness reads what they write). Without xdist it
   is ``prefect_test_harness`` itself.
 * ``harness_prefect``: that server, for subprocesses: a real API server on loopback, reached
   through ``PREFECT_API_URL`` like any server. Tests that only need flow runs recorded
@@ -17,7 +17,8 @@
   here, plus ~1.5 CPU s a minute idle) and shared by every module that asks; it is stopped
   after the last test of the unit that uses it (``stop_local_prefect_after``, from
   tests/conftest.py) and always at exit (its process group is killed). For schedules and
-  ``memctl serve``.
+  ``memctl serve``. Without the event services (``EVENT_SERVICES_OFF``); its scheduler,
+  late-runs and cancellation services run as in any ``prefect server start``.
 * ``seed_database``: a copy of the run's freshly migrated database (the harness server's, as
   it first became healthy) for any other server a test starts (``local_prefect``, a test's
   own ``prefect server start``, ``memctl serve``'s, an ephemeral one): Prefect's migrations
@@ -136,15 +137,19 @@ sys.exit(server.returncode)
 """
 
 
-# The event services the harness server does without. Its clients (in-process flows, crash
-# children, flow-run processes) send every task-run state change as an event; the task-run
-# recorder turns those into task_run rows, the event persister writes each event to SQLite,
-# the triggers evaluate automations on them: ~26% of a core through a run (py-spy, s32), for
-# rows no test of the harness reads. What the harness tests read is written by the API
-# directly (flow runs and their states, flow-run inputs, artifacts, deployments); the event
-# stream out (futures and runners may subscribe) stays on. A test that asserts on task runs or
-# events uses its own server (test_privacy_end_to_end), whose services all run.
-HARNESS_SERVICES_OFF = {
+# The event services a test's Prefect server does without. Its clients (in-process flows,
+# crash children, flow-run processes) send every task-run state change as an event; the
+# task-run recorder turns those into task_run rows, the event persister writes each event to
+# SQLite, the triggers evaluate automations on them: ~26% of a core through a run for the
+# harness server (py-spy, s32), for rows no test of these servers reads. What the tests read
+# is written by the API directly (flow runs and their states, flow-run inputs, artifacts,
+# deployments), and the services they assert on stay on: the scheduler, late runs,
+# cancellation cleanup, pause expirations, the concurrency-slot repossessor and the event
+# stream out (runners and futures may subscribe to it). Off for the harness server, for
+# ``local_prefect``, and for the server the browser test's ``memctl serve`` starts (set in
+# that test's environment); a test that asserts on task runs or events starts a server with
+# every service (test_privacy_end_to_end).
+EVENT_SERVICES_OFF = {
     "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
     "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
@@ -179,7 +184,7 @@ def _shared_harness_server(factory: pytest.TempPathFactory) -> str:
             "PREFECT__SERVER_FINAL": "1",
             **get_current_settings().to_environment_variables(exclude_unset=True),
             "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root}/prefect.db",
-            **HARNESS_SERVICES_OFF,
+            **EVENT_SERVICES_OFF,
         }
         import prefect
 
@@ -326,7 +331,7 @@ def local_prefect(tmp_root: Path) -> LocalPrefect:
 
     _proc = popen_dies_with_parent(
         [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=server.env(),
+        env=server.env(**EVENT_SERVICES_OFF),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
