@@ -45,6 +45,7 @@ class LanceStore:
             raise MemoryUnavailable(uri, str(exc)) from exc
         self._tables: dict[str, Any] = {}
         self._dims: dict[str, int] = {}
+        self._datasets: dict[str, Any] = {}
 
     def table_names(self) -> list[str]:
         try:
@@ -123,7 +124,27 @@ class LanceStore:
         return self.table(name).schema
 
     def _dataset(self, name: str) -> Any:
-        """The table's pylance dataset at its latest version: what ``scan`` reads."""
+        """The table's pylance dataset at its latest version: what ``scan`` reads.
+
+        One dataset per table, moved to the latest version when another commit landed
+        (``checkout_version``, as ``recall.Recaller._snapshot`` does), instead of a new one per
+        scan: a dataset opened anew loads the manifest, fragment metadata and the scalar
+        indices the filter uses again, ~60 of ~150 ms CPU of one partition's mining scan at
+        1M episodes (BENCHMARKS.md issue 19, s33); a version is immutable, so the same
+        version reads the same rows. Threads may share it (pylance datasets are read-only
+        objects; the dict holds whichever a thread stored last, at the latest version)."""
+        base = self._datasets.get(name)
+        if base is None:
+            base = self._open_dataset(name)
+        else:
+            latest = base.latest_version
+            if latest != base.version:
+                base = base.checkout_version(latest)
+        self._datasets[name] = base
+        return base
+
+    def _open_dataset(self, name: str) -> Any:
+        """A new pylance dataset of the table at its latest version."""
         return self.table(name).to_lance()
 
     def upsert(self, name: str, rows: pa.Table) -> Any:

@@ -37,8 +37,9 @@ class LanceReader(LanceStore):
         self.uri = uri
         self.storage_options = dict(storage_options or {})
         self._dims: dict[str, int] = {}
+        self._datasets: dict[str, Any] = {}
 
-    def _dataset(self, name: str) -> Any:
+    def _open_dataset(self, name: str) -> Any:
         import lance
 
         if name not in TABLES:
