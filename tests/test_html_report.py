@@ -155,6 +155,19 @@ def test_collect_reads_runs_forgetting_and_spend(history, stores):
     assert sum(data.candidates_now.values()) == sum(second["candidates_by_status"].values())
 
 
+def test_rows_by_status_counts_every_status_of_every_table(stores, ingest):
+    """Counted in Arrow (``pc.value_counts``): the same counts, keys in order, plain ints (the
+    run's summary is JSON) and tables without rows empty."""
+    ingest(lines_of(*[episode(episode_id=f"e{i}") for i in range(5)]))
+    stores.lance.update("episodes", "episode_id IN ('e1', 'e3')", {"status": "forgotten"})
+    stores.lance.update("episodes", "episode_id = 'e4'", {"status": "folded"})
+    rows = rows_by_status(stores)
+    assert rows["episodes"] == {"active": 2, "folded": 1, "forgotten": 2}
+    assert list(rows["episodes"]) == ["active", "folded", "forgotten"]
+    assert all(type(n) is int for n in rows["episodes"].values())
+    assert rows["facts"] == {} and json.loads(json.dumps(rows)) == rows
+
+
 def test_report_page_has_every_section_and_the_numbers(history, stores, settings):
     path = write_report(stores, settings.home)
     assert path == report_path(settings.home) and path.exists()

@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.compute as pc
+
 from memory_core.stores import Stores
 from memory_core.stores.schemas import TABLES
 
@@ -33,11 +35,11 @@ def rows_by_status(stores: Stores) -> dict[str, dict[str, int]]:
     for name in TABLES:
         if name not in existing:
             continue
-        column = stores.lance.scan(name, columns=["status"]).column("status").to_pylist()
-        counts: dict[str, int] = {}
-        for value in column:
-            counts[value] = counts.get(value, 0) + 1
-        out[name] = dict(sorted(counts.items()))
+        # counted in Arrow: the status of every row as a Python string was ~0.3 s of each
+        # call at 1M episodes, and a night calls this twice (its summary, its report)
+        column = stores.lance.scan(name, columns=["status"]).column("status")
+        counts = pc.value_counts(column).to_pylist()
+        out[name] = dict(sorted((c["values"], c["counts"]) for c in counts))
     return out
 
 
