@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from memory_core.lifecycle import check_transition
@@ -278,10 +279,14 @@ def _replace_evidence(con: Any, evidence: pa.Table, stored: list[str]) -> None:
     is what keeps one row per (candidate, episode). An ``INSERT ... ON CONFLICT`` through the
     key made DuckDB load the key's index from disk on every partition's write, however few
     rows were new (a partition's candidate ids are spread over the whole 1.2M-key index at 1M
-    episodes: 12% of the 1% night's partition time, BENCHMARKS.md s28). The difference is two
-    anti joins, not Python sets: on the 1M shape one partition's write (150 candidates, 12,100
-    rows, 100 new) took 0.08 CPU s, 0.14 with sets, 0.07-0.30 through the key
-    (BENCHMARKS.md s29; the whole upsert on that shape: bench/evidence_write.py)."""
+    episodes: 12% of the 1% night's partition time, BENCHMARKS.md s28).
+
+    The two anti joins run in polars on the rows just read (nulls equal, as ``IS NOT
+    DISTINCT FROM``), not as two more DuckDB statements, and the delete runs only when a row
+    is gone: a night's rewritten candidates mostly only gain rows, and the DELETE's
+    ``rowid IN`` over the 1.2M-row table cost as much with nothing to delete (on the 1M
+    shape the anti-join query and the empty delete were ~40 and ~30 of ~165 ms wall of a
+    partition's difference at load ~6, BENCHMARKS.md s33)."""
     with _wanted_ids(con, stored):
         have = con.sql(
             f"SELECT rowid AS row_id, {', '.join(_EVIDENCE_COLUMNS)} FROM candidate_evidence "
@@ -290,20 +295,22 @@ def _replace_evidence(con: Any, evidence: pa.Table, stored: list[str]) -> None:
     if not have.num_rows:
         con.execute("INSERT INTO candidate_evidence SELECT * FROM incoming_evidence")
         return
-    same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM i.{c}" for c in _EVIDENCE_COLUMNS)
-    con.register("stored_evidence", have)
-    try:
-        new = con.sql(
-            f"SELECT i.* FROM incoming_evidence i ANTI JOIN stored_evidence s ON {same}"
-        ).to_arrow_table()
-        con.execute(
-            "DELETE FROM candidate_evidence WHERE rowid IN (SELECT s.row_id "
-            f"FROM stored_evidence s ANTI JOIN incoming_evidence i ON {same})"
-        )
-    finally:
-        con.unregister("stored_evidence")
-    if new.num_rows:
-        con.register("new_evidence", new)
+    stored_rows, incoming = pl.from_arrow(have), pl.from_arrow(evidence)
+    assert isinstance(stored_rows, pl.DataFrame) and isinstance(incoming, pl.DataFrame)
+    keys = list(_EVIDENCE_COLUMNS)
+    gone = stored_rows.join(incoming, on=keys, how="anti", nulls_equal=True)
+    new = incoming.join(stored_rows, on=keys, how="anti", nulls_equal=True,
+                        maintain_order="left")  # fmt: skip
+    if gone.height:
+        con.register("gone_evidence", gone.select("row_id").to_arrow())
+        try:
+            con.execute(
+                "DELETE FROM candidate_evidence WHERE rowid IN (SELECT row_id FROM gone_evidence)"
+            )
+        finally:
+            con.unregister("gone_evidence")
+    if new.height:
+        con.register("new_evidence", new.to_arrow().cast(evidence.schema))
         try:
             con.execute("INSERT INTO candidate_evidence SELECT * FROM new_evidence")
         finally:

@@ -159,3 +159,37 @@ def test_evidence_written_before_the_key_was_dropped_is_kept_and_rewritten_once(
             query = "SELECT * FROM candidate_evidence ORDER BY ALL"
             assert a.execute(query).fetchall() == b.execute(query).fetchall()
             assert a.execute("SELECT count(*) FROM candidate_evidence").fetchone() == (5,)
+
+
+def test_a_grown_candidate_keeps_its_stored_rows_and_appends_the_new_one() -> None:
+    """The difference compares nulls as equal (a pin without content hash or subject is the
+    same pin again): a candidate that only gained an episode keeps every stored row where it
+    is (same row ids: nothing deleted and written again) and appends one row; one that lost
+    an episode loses exactly that row."""
+    first = ["support", "support", "counterexample", None, None, None, None, None]
+    grown = ["support", "support", "counterexample", "support", None, None, None, None]
+    shrunk = ["support", None, "counterexample", "support", None, None, None, None]
+    with tempfile.TemporaryDirectory() as tmp:
+        meta = MetaStore(Path(tmp) / "meta.duckdb")
+        meta.migrate()
+        query = "SELECT rowid, episode_id, role, subject_id, content_hash FROM candidate_evidence"
+
+        def rows() -> set[tuple]:
+            with meta.connect() as con:
+                return set(con.execute(query).fetchall())
+
+        def night(cited: list[str | None], n: int) -> None:
+            cand = _candidate("c1", cited)
+            pins = [p.model_copy(update={"subject_id": None}) if p.source_id == "e0" else p
+                    for p in cand.provenance]  # fmt: skip
+            cand = cand.model_copy(update={"provenance": pins})
+            upsert_candidates(meta, [cand], run_id=f"r{n}", now=NOW)
+
+        night(first, 0)
+        before = rows()
+        assert len(before) == 3 and all(r[4] is None for r in before)
+        night(grown, 1)
+        after = rows()
+        assert before < after and {r[1] for r in after - before} == {"e3"}
+        night(shrunk, 2)
+        assert rows() == {r for r in after if r[1] != "e1"}
