@@ -81,7 +81,9 @@ def _duckdb_tables(stores: Stores) -> list[tuple[str, list[str]]]:
             """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
             FROM information_schema.columns c JOIN information_schema.tables t
             ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-            WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE'
+            AND t.table_catalog = c.table_catalog
+            WHERE c.table_schema = 'main' AND c.table_catalog = current_database()
+            AND t.table_type = 'BASE TABLE'
             GROUP BY 1 ORDER BY 1"""
         ).fetchall()
     return [(name, list(cols)) for name, cols in rows]

@@ -153,7 +153,7 @@ def unclassified_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 _TABLES_SQL = (
     "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-    "AND table_type = 'BASE TABLE' ORDER BY 1"
+    "AND table_catalog = current_database() AND table_type = 'BASE TABLE' ORDER BY 1"
 )
 
 
@@ -606,7 +606,9 @@ def find_needles(
             bool_or(c.column_name = 'tenant_id'), bool_or(c.column_name = 'candidate_id')
             FROM information_schema.columns c JOIN information_schema.tables t
             ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-            WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE'
+            AND t.table_catalog = c.table_catalog
+            WHERE c.table_schema = 'main' AND c.table_catalog = current_database()
+            AND t.table_type = 'BASE TABLE'
             GROUP BY 1 ORDER BY 1"""
         ).fetchall()
         for name, cols, has_tenant, has_candidate in columns:
