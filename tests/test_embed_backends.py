@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ import pytest
 from memory_core.config import load_settings
 from memory_core.embed import MiniLMEmbedder, make_embedder
 from memory_core.errors import ConfigError
+from tests.kit.imports import packages_imported
 
 # skipped when the `embed` extra is missing; found, not imported: importing them here cost
 # every xdist worker ~12 CPU s of collection (torch, transformers, sklearn) though one worker
@@ -50,19 +49,14 @@ def test_bad_backend_passed_directly_is_refused_before_loading():
     # before loading means before importing the runtime too (seconds of torch): in a fresh
     # interpreter, since this worker may have imported it for another test
     probe = (
-        "import sys\n"
         "from memory_core.embed import MiniLMEmbedder\n"
         "from memory_core.errors import ConfigError\n"
         "try:\n"
         "    MiniLMEmbedder(backend='onnx-fp16')\n"
         "except ConfigError:\n"
         "    pass\n"
-        "print(sorted({'torch', 'sentence_transformers', 'onnxruntime'} & set(sys.modules)))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert packages_imported(probe, ["torch", "sentence_transformers", "onnxruntime"]) == []
 
 
 def test_default_backend_is_torch():
