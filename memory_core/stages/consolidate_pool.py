@@ -32,7 +32,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,9 +61,18 @@ from memory_core.stores.lance import LanceStore
 from memory_core.stores.lance_read import LanceReader
 from memory_core.stores.ledger import ledger_has
 
-__all__ = ["PartitionState", "consolidate_in_processes"]
+__all__ = ["WORKER_ENVIRONMENT", "PartitionState", "consolidate_in_processes"]
 
 _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits on a write
+
+# glibc's malloc arenas in a worker, unless the environment says otherwise. Why: lance's scan
+# threads, polars' and OpenBLAS's pools each get an arena of their own (up to 8 per core), and
+# what a partition frees in one stays resident there: a worker's peak grew to ~550 MB at 1M
+# (the tree over 2.6 GB) against ~450 MB with two arenas, for the same CPU (BENCHMARKS.md,
+# s34). glibc reads it when the process starts, so it is set in the spawned worker's
+# environment; mallopt() from the initializer came too late (the imports made the arenas).
+WORKER_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
+_SPAWN_ENVIRONMENT = threading.Lock()
 
 
 @dataclass
@@ -131,6 +142,22 @@ def _compute(ctx: RunContext, partition: Partition, state: PartitionState, *,
 # ---- caller side: the one DuckDB writer ---------------------------------------------------
 
 
+@contextmanager
+def _worker_environment() -> Iterator[None]:
+    """``WORKER_ENVIRONMENT`` (what the user has not set) in this process's environment while
+    workers are spawned: ``spawn`` starts them with it, and no hook gives a pool's workers an
+    environment of their own. Restored after; the lock keeps two pools of one process from
+    restoring each other's."""
+    with _SPAWN_ENVIRONMENT:
+        added = {k: v for k, v in WORKER_ENVIRONMENT.items() if k not in os.environ}
+        os.environ.update(added)
+        try:
+            yield
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
+
+
 def _write(stores: Stores, settings: Settings, ctx: RunContext, unit: LedgeredWork,
            computed: _Computed) -> dict[str, Any]:  # fmt: skip
     """One partition's writes, in ``consolidate_partition``'s order, with its crash points."""
@@ -193,7 +220,8 @@ def consolidate_in_processes(
                 results[index] = {"partition": part.key, "skipped": True}
                 continue
             state = read_partition_state(stores, part)
-            future = pool.submit(_compute, ctx, part, state, recluster=recluster)
+            with _worker_environment():  # a submit spawns a worker until the pool is full
+                future = pool.submit(_compute, ctx, part, state, recluster=recluster)
             window.append((index, unit, future))
 
     try:

@@ -25,7 +25,11 @@ from memory_core.context import RunContext
 from memory_core.crash import KILL_ENV
 from memory_core.embed import HashEmbedder
 from memory_core.stages.consolidate import consolidate_partition, consolidation_plan
-from memory_core.stages.consolidate_pool import consolidate_in_processes
+from memory_core.stages.consolidate_pool import (
+    WORKER_ENVIRONMENT,
+    _worker_environment,
+    consolidate_in_processes,
+)
 from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
 from memory_core.stores import Stores, open_stores
@@ -100,9 +104,31 @@ def test_process_path_stores_what_the_thread_path_stores(template: Path, tmp_pat
     assert sum(r["mine"]["passed"] for r in first) >= len(NAMESPACES)  # something was mined
     assert all(r["cluster"]["new_members"] > 0 for r in second)  # the second night had work
     assert results[2] == results[0]
+    assert not set(WORKER_ENVIRONMENT) & set(os.environ)  # the workers' setting was not kept
     problems = diff(snaps[0], snaps[2])
     assert not problems, "\n".join(problems)
     assert snaps[2]["candidates"] and snaps[2]["cluster_members"]
+
+
+def _spawned_sees(name: str) -> str:
+    """What a process started now finds in its environment (as ``spawn`` starts workers)."""
+    code = f"import os; print(os.environ.get({name!r}, '<unset>'))"
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, check=True)
+    return out.stdout.decode().strip()
+
+
+def test_workers_are_spawned_with_their_malloc_setting_unless_the_user_set_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ((name, value),) = WORKER_ENVIRONMENT.items()
+    monkeypatch.delenv(name, raising=False)
+    with _worker_environment():
+        assert _spawned_sees(name) == value
+    assert name not in os.environ and _spawned_sees(name) == "<unset>"
+    monkeypatch.setenv(name, "8")  # the user's own choice is neither replaced nor removed
+    with _worker_environment():
+        assert _spawned_sees(name) == "8"
+    assert os.environ[name] == "8"
 
 
 def test_a_rerun_skips_what_the_ledger_holds(template: Path, tmp_path: Path) -> None:
@@ -120,7 +146,11 @@ from datetime import datetime
 from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.stages.consolidate import consolidation_plan
-from memory_core.stages.consolidate_pool import consolidate_in_processes
+from memory_core.stages.consolidate_pool import (
+    WORKER_ENVIRONMENT,
+    _worker_environment,
+    consolidate_in_processes,
+)
 from memory_core.stores import open_stores
 
 settings = load_settings(home=sys.argv[1])
