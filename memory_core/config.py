@@ -438,10 +438,10 @@ class RunnerConfig(BaseModel):
     # episodes hold at least N episodes clusters and mines them in ``max_workers`` worker
     # processes, with one DuckDB writer in the flow's process (stages/consolidate_pool.py):
     # the compute is Python under the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Off
-    # by default because it has not yet paid for itself here (BENCHMARKS.md, s31): each worker
-    # pays its start (the stages' and lancedb's imports, ~3 CPU s), ~7 CPU s a night, more
-    # than the 100k bench's whole clustering and mining (~4.4 CPU s); and at 1M the workers'
-    # ~1.2 GB put the process tree at 2.7 GB, over the 2 GB the 1M night must stay within.
+    # by default (BENCHMARKS.md, s31, s32, s34): each worker pays its start (the stages'
+    # imports, ~1.3 CPU s), more than a small night's compute; and at 1M, where the first
+    # night is faster with it (49-57 s vs 64-81 s in threads, s34), the two workers' ~0.8 GB
+    # put the process tree at ~2.3 GB, over the 2 GB the 1M night must stay within.
     processes_from_episodes: int = Field(
         default=0,
         ge=0,
