@@ -74,6 +74,14 @@ _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits 
 WORKER_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
 _SPAWN_ENVIRONMENT = threading.Lock()
 
+# The writer's session spans the whole night here (the threads path's spans a batch of
+# partitions), and until DuckDB checkpoints, every row the night's commits wrote stays in
+# this process's memory too: at 1M it grew ~2.5 MB a partition to ~300 MB (in-memory table
+# data and ART index), the flow process's peak 732 MB. A checkpoint each time the WAL passes
+# this bounds it (peak 578 MB, ~3 checkpoints a 1M night; BENCHMARKS.md s34), against the
+# session default's 1 GB that keeps checkpoints out of small sessions' commits.
+WRITER_CHECKPOINT = "128MB"
+
 
 @dataclass
 class PartitionState:
@@ -225,7 +233,7 @@ def consolidate_in_processes(
             window.append((index, unit, future))
 
     try:
-        with stores.meta.session():
+        with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
             refill()
             while window:
                 index, unit, future = window.popleft()

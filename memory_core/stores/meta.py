@@ -71,19 +71,24 @@ class MetaStore:
                 delay = min(delay * 2, 0.5)
 
     @contextmanager
-    def session(self) -> Iterator[None]:
+    def session(self, checkpoint_threshold: str = SESSION_CHECKPOINT) -> Iterator[None]:
         """Keep the file open across several operations (one stage on one partition).
 
         Opening and closing a DuckDB file costs ~0.1 s here (catalog load, checkpoint on
         close), so a stage that makes a dozen small writes holds one session for its few
         hundred milliseconds instead; between stages the file is free for other processes.
         Threads of this process share the session through cursors.
+
+        ``checkpoint_threshold``: the WAL size at which a commit checkpoints, set by the call
+        that opens the session (a nested one shares it as it is). Until a checkpoint, what
+        the session's commits wrote is also held in memory: a long session that writes a lot
+        passes a lower one to bound that (``stages/consolidate_pool``).
         """
         with self._guard:
             if self._session is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._session = self._open()
-                self._session.execute(f"SET checkpoint_threshold = '{SESSION_CHECKPOINT}'")
+                self._session.execute(f"SET checkpoint_threshold = '{checkpoint_threshold}'")
             self._depth += 1
         try:
             yield

@@ -176,3 +176,29 @@ def test_joined_partition_keys_are_migrated_to_unambiguous_ones(settings):
     assert Partition("team/a", "b").key != Partition("team", "a/b").key
     for partition in (Partition("team/a", "b"), Partition("a", 'b"/]'), Partition("", "")):
         assert Partition.from_key(partition.key) == partition
+
+
+@pytest.mark.duckdb_at_rest  # reads the WAL file's size
+def test_a_session_checkpoints_once_its_wal_passes_the_threshold_it_was_opened_with(settings):
+    """What the process pool's writer relies on to bound its memory over a night's session:
+    its lower threshold checkpoints inside the session, the default one does not."""
+    meta = open_stores(settings).meta
+    wal = meta.path.with_name(meta.path.name + ".wal")
+    with meta.connect() as con:
+        con.execute("CREATE TABLE blobs (i INTEGER, text VARCHAR)")
+
+    def write_and_measure(start: int, **opened_with: str) -> int:
+        with meta.session(**opened_with):
+            for batch in range(start, start + 4):  # ~4 x 0.6 MB of WAL, a commit each
+                with meta.transaction() as con:
+                    con.execute(
+                        "INSERT INTO blobs SELECT range, repeat(md5(range::VARCHAR), 20) "
+                        "FROM range(?, ?)",
+                        [batch * 1000, batch * 1000 + 1000],
+                    )
+            return wal.stat().st_size if wal.exists() else 0
+
+    assert write_and_measure(0) > 1 << 20  # the default's 1 GB: all of it still in the WAL
+    assert write_and_measure(10, checkpoint_threshold="1MB") < 1 << 20
+    with meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM blobs").fetchone() == (8000,)
