@@ -434,16 +434,16 @@ class RunnerConfig(BaseModel):
     )
     processes: bool = Field(default=True, description="local Dask cluster: worker processes")
     threads_per_worker: int = Field(default=1, ge=1, description="local Dask cluster")
-    # Threads runner only, and off by default (0). N > 0: a night whose partitions with new
-    # episodes hold at least N episodes clusters and mines them in ``max_workers`` worker
-    # processes, with one DuckDB writer in the flow's process (stages/consolidate_pool.py):
-    # the compute is Python under the GIL, and threads kept ~1.3 of 2 cores busy at 1M. Off
-    # by default (BENCHMARKS.md, s31, s32, s34): each worker pays its start (the stages'
-    # imports, ~1.3 CPU s), more than a small night's compute; and at 1M, where the first
-    # night is faster with it (49-57 s vs 64-81 s in threads, s34), the two workers' ~0.8 GB
-    # put the process tree at ~2.3 GB, over the 2 GB the 1M night must stay within.
+    # Threads runner only. N > 0: a night whose partitions with new episodes hold at least N
+    # episodes clusters and mines them in ``max_workers`` worker processes, with one DuckDB
+    # writer in the flow's process (stages/consolidate_pool.py): the compute is Python under
+    # the GIL, and threads kept ~1.3 of 2 cores busy at 1M. From 500k by default: at 1M the
+    # first night took 49-60 s with it against 64-81 s in threads and the 1% night 33-40 s
+    # against 38-43, for the same CPU, the process tree at 1.9 GB (BENCHMARKS.md s34); below
+    # that it is not measured to pay for the workers' start (~1.3 CPU s each, the stages'
+    # imports), which outweighs a 100k night's gain (s31). 0 = never.
     processes_from_episodes: int = Field(
-        default=0,
+        default=500_000,
         ge=0,
         description="threads runner: episodes (in partitions with new ones) from which "
         "partitions are clustered and mined in worker processes; 0 = never",

@@ -21,8 +21,8 @@ A few partitions are read ahead of the one being written (``_AHEAD`` beyond the 
 the workers keep computing while the caller writes. Workers are started with "spawn" (never
 fork a process that holds DuckDB, Lance and Prefect threads); each pays the imports of the
 stages (~1.3 CPU s; lancedb's ~3 more are avoided by reading Lance through pylance alone,
-``stores/lance_read.py``), which is why the flow uses this path only for big
-nights, and only when configured (``RunnerConfig.processes_from_episodes``).
+``stores/lance_read.py``), which is why the flow uses this path only for big nights
+(``RunnerConfig.processes_from_episodes``: 500k episodes by default).
 """
 
 from __future__ import annotations

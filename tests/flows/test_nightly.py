@@ -310,7 +310,7 @@ def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
                        embedder=HashEmbedder(384), source="episodes.jsonl")  # fmt: skip
         summaries[threshold] = run_nightly(settings, now=NOW)
         snaps[threshold] = snapshot(stores)
-    assert summaries[0]["partition_processes"] == 0  # the default: off
+    assert summaries[0]["partition_processes"] == 0  # 0: never
     assert summaries[1]["partition_processes"] == 2  # runner.max_workers
     assert summaries[1]["partition_tasks"] == 1  # one writer task for every partition
     assert summaries[1]["candidates_by_status"] == summaries[0]["candidates_by_status"]
@@ -321,8 +321,8 @@ def test_process_path_through_the_flow_stores_what_threads_store(tmp_path):
 
 def test_processes_only_for_big_nights_on_the_threads_runner():
     """Worker processes when the partitions with new episodes hold the threshold's episodes
-    (partitions without new ones do not count); never by default (0), never on Dask or Ray
-    (processes already)."""
+    (partitions without new ones do not count): by default from 500k episodes, never with 0,
+    never on Dask or Ray (processes already)."""
     from types import SimpleNamespace
 
     from flows.nightly import compute_processes
@@ -333,7 +333,10 @@ def test_processes_only_for_big_nights_on_the_threads_runner():
                 for e, n in sizes]  # fmt: skip
 
     settings = Settings.model_validate({"runner": {"processes_from_episodes": 50_000}})
-    assert compute_processes(plan((10**7, 10**7)), Settings()) == 0  # type: ignore[arg-type]
+    assert compute_processes(plan((10**6, 10**4)), Settings()) == 2  # type: ignore[arg-type]
+    assert compute_processes(plan((499_999, 10**4)), Settings()) == 0  # type: ignore[arg-type]
+    never = Settings.model_validate({"runner": {"processes_from_episodes": 0}})
+    assert compute_processes(plan((10**7, 10**7)), never) == 0  # type: ignore[arg-type]
     big = plan((30_000, 10), (30_000, 1))
     assert compute_processes(big, settings) == 2  # type: ignore[arg-type]
     assert compute_processes(plan((30_000, 10), (30_000, 0)), settings) == 0  # type: ignore[arg-type]
