@@ -438,8 +438,8 @@ class RunnerConfig(BaseModel):
     # episodes clusters and mines them in ``max_workers`` worker processes, with one DuckDB
     # writer in the flow's process (stages/consolidate_pool.py): the compute is Python under
     # the GIL, and threads kept ~1.3 of 2 cores busy at 1M. From 500k by default: at 1M the
-    # first night took 49-60 s with it against 64-81 s in threads and the 1% night 33-40 s
-    # against 38-43, for the same CPU, the process tree at 1.9 GB (BENCHMARKS.md s34); below
+    # first night took 49-60 s with it against 64-81 s in threads (the 1% night 33-44 s vs
+    # 38-43), for the same CPU, the process tree at 1.9 GB (BENCHMARKS.md s34); below
     # that it is not measured to pay for the workers' start (~1.3 CPU s each, the stages'
     # imports), which outweighs a 100k night's gain (s31). 0 = never.
     processes_from_episodes: int = Field(
