@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,6 +216,8 @@ def consolidate_in_processes(
         initargs=(settings.model_dump(mode="json"), os.getpid()),
     )
 
+    submitted = [0]
+
     def refill() -> None:
         while len(window) < workers + _AHEAD:
             nxt = next(todo, None)
@@ -228,8 +230,13 @@ def consolidate_in_processes(
                 results[index] = {"partition": part.key, "skipped": True}
                 continue
             state = read_partition_state(stores, part)
-            with _worker_environment():  # a submit spawns a worker until the pool is full
+            # the pool spawns a worker on each of its first ``workers`` submits (none idle
+            # yet) and never after; only those change the environment, which other threads
+            # may be reading (an HTTP client's proxy lookup iterates it)
+            spawning = submitted[0] < workers
+            with _worker_environment() if spawning else nullcontext():
                 future = pool.submit(_compute, ctx, part, state, recluster=recluster)
+            submitted[0] += 1
             window.append((index, unit, future))
 
     try:
