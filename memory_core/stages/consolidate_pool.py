@@ -67,10 +67,11 @@ _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits 
 
 # glibc's malloc arenas in a worker, unless the environment says otherwise. Why: lance's scan
 # threads, polars' and OpenBLAS's pools each get an arena of their own (up to 8 per core), and
-# what a partition frees in one stays resident there: a worker's peak grew to ~550 MB at 1M
-# (the tree over 2.6 GB) against ~450 MB with two arenas, for the same CPU (BENCHMARKS.md,
-# s34). glibc reads it when the process starts, so it is set in the spawned worker's
-# environment; mallopt() from the initializer came too late (the imports made the arenas).
+# what a partition frees in one stays resident there: a worker's peak grew to ~550 MB (a 100k
+# home's partitions; 557-574 MB each at 1M, the tree over 2.6 GB) against ~450 MB with two
+# arenas (415-440 MB at 1M), for the same CPU (BENCHMARKS.md, s34). glibc reads it when the
+# process starts, so it is set in the spawned worker's environment; mallopt() from the
+# initializer came too late (the imports made the arenas).
 WORKER_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2"}
 _SPAWN_ENVIRONMENT = threading.Lock()
 

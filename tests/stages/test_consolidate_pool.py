@@ -146,11 +146,7 @@ from datetime import datetime
 from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.stages.consolidate import consolidation_plan
-from memory_core.stages.consolidate_pool import (
-    WORKER_ENVIRONMENT,
-    _worker_environment,
-    consolidate_in_processes,
-)
+from memory_core.stages.consolidate_pool import consolidate_in_processes
 from memory_core.stores import open_stores
 
 settings = load_settings(home=sys.argv[1])
