@@ -20,7 +20,7 @@ from memory_core.models import (
     ClaimSpec,
     Provenance,
 )
-from memory_core.stages.score.evidence import Evidence
+from memory_core.stages.score.evidence import Evidence, needs_pin_subjects
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import list_candidates, support_pin_subjects, upsert_candidates
 
@@ -57,7 +57,7 @@ def _candidate(
 
 
 stats = st.dictionaries(
-    st.sampled_from(["support_subjects", "rationale", "twin_of", "nested"]),
+    st.sampled_from(["support_subjects", "distinct_subjects", "rationale", "twin_of", "nested"]),
     st.one_of(st.none(), st.integers(0, 5), st.text(max_size=5), st.just({"k": None})),
     max_size=3,
 )
@@ -84,8 +84,11 @@ def test_reads_without_pins_leave_out_only_the_pins(
         assert all(c.provenance == [] for c in light)
         subjects = support_pin_subjects(meta, [c.candidate_id for c in whole])
         for cand in whole:
+            light_cand = cand.model_copy(update={"provenance": []})
             assert Evidence.from_candidate(cand) == Evidence.from_candidate(
-                cand.model_copy(update={"provenance": []}), subjects[cand.candidate_id]
+                light_cand, subjects[cand.candidate_id]
             )
+            if not needs_pin_subjects(cand):  # the score stage then reads no pin subjects
+                assert Evidence.from_candidate(cand) == Evidence.from_candidate(light_cand, set())
         assert support_pin_subjects(meta, []) == {}
         assert support_pin_subjects(meta, ["missing"]) == {}

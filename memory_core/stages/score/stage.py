@@ -44,7 +44,7 @@ from memory_core.stages.score.anthropic_scorer import (
 )
 from memory_core.stages.score.batches import BatchOutcome, BatchRunner, PollResult
 from memory_core.stages.score.budget import Budget, estimate_usage
-from memory_core.stages.score.evidence import load_evidence
+from memory_core.stages.score.evidence import load_evidence, needs_pin_subjects
 from memory_core.stages.score.heuristic import HeuristicScorer
 from memory_core.stages.score.prompt import (
     InvalidAnswer,
@@ -204,7 +204,9 @@ class _ScoreRun:
         # would pay twice for one finding); it takes its twin's score in _write.
         self.twins = [c for c in candidates if c.stats.get("twin_of")]
         candidates = [c for c in candidates if not c.stats.get("twin_of")]
-        subjects = support_pin_subjects(self.stores.meta, [c.candidate_id for c in candidates])
+        subjects = support_pin_subjects(
+            self.stores.meta, [c.candidate_id for c in candidates if needs_pin_subjects(c)]
+        )
         evidence = load_evidence(self.stores.lance, candidates, support_subjects=subjects)
         for cand in candidates:
             self.pool[cand.candidate_id] = ScoreInput(cand, evidence[cand.candidate_id])
