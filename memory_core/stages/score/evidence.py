@@ -247,7 +247,7 @@ def _found_per_candidate(
 ) -> dict[int, dict[str, Any]]:
     """Per candidate (by position), what its supporting episodes found in Lance add up to.
 
-    Columnar, because a first night at 1M scores ~15k candidates resting on ~120k episodes:
+    Columnar, because a first night at 1M scores ~3k candidates resting on ~120k episodes:
     one join and one group-by instead of a Python dict per episode row (~3.5 of the score
     stage's ~7.5 s there, s35). Counts follow the candidate's support list as given (an id
     listed twice counts twice; an id not found counts nothing); an episode id stored twice
