@@ -217,9 +217,10 @@ def consolidate_in_processes(
         initargs=(settings.model_dump(mode="json"), os.getpid()),
     )
 
-    submitted = [0]
+    submitted = 0
 
     def refill() -> None:
+        nonlocal submitted
         while len(window) < workers + _AHEAD:
             nxt = next(todo, None)
             if nxt is None:
@@ -234,10 +235,10 @@ def consolidate_in_processes(
             # the pool spawns a worker on each of its first ``workers`` submits (none idle
             # yet) and never after; only those change the environment, which other threads
             # may be reading (an HTTP client's proxy lookup iterates it)
-            spawning = submitted[0] < workers
+            spawning = submitted < workers
             with _worker_environment() if spawning else nullcontext():
                 future = pool.submit(_compute, ctx, part, state, recluster=recluster)
-            submitted[0] += 1
+            submitted += 1
             window.append((index, unit, future))
 
     try:

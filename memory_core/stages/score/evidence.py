@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from memory_core.errors import StoreError
 from memory_core.models import Candidate, utc
-from memory_core.stores.lance import LanceStore, sql_quote
+from memory_core.stores.filters import in_list, sql_quote
+from memory_core.stores.lance import LanceStore
 
 __all__ = ["Evidence", "feedback_polarity", "load_evidence", "needs_pin_subjects"]
 
@@ -231,11 +232,8 @@ def _episode_table(lance: LanceStore, tenant: str, ids: list[str]) -> pa.Table:
     else:
         chunks = []
         for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            where = (
-                f"tenant_id = {sql_quote(tenant)} AND episode_id IN "
-                f"({', '.join(sql_quote(i) for i in chunk)})"
-            )
+            chunk = in_list("episode_id", ids[start : start + _CHUNK])
+            where = f"tenant_id = {sql_quote(tenant)} AND {chunk}"
             chunks.append(lance.scan("episodes", where=where, columns=_EPISODE_COLUMNS))
         table = pa.concat_tables(chunks)
     table = table.select(_EPISODE_COLUMNS)
