@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from memory_core.crash import crash_point
+from memory_core.stores.filters import in_list
 from memory_core.stores.meta import MetaStore
 
 __all__ = [
@@ -154,15 +155,38 @@ def save_partition_clusters(
                 "error_code = excluded.error_code, updated_at = excluded.updated_at"
             )
             crash_point("cluster.in_transaction")  # atomic: clusters without members never land
-            con.execute(
-                f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
-                f"SELECT {_MEMBER_COLUMNS} FROM _new_members "
-                "ON CONFLICT (episode_id) DO UPDATE SET cluster_id = excluded.cluster_id, "
-                "distance = excluded.distance, assigned_at = excluded.assigned_at"
-            )
+            if replace or _any_member(con, members.column("episode_id").to_pylist()):
+                con.execute(
+                    f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+                    f"SELECT {_MEMBER_COLUMNS} FROM _new_members "
+                    "ON CONFLICT (episode_id) DO UPDATE SET cluster_id = excluded.cluster_id, "
+                    "distance = excluded.distance, assigned_at = excluded.assigned_at"
+                )
+            else:
+                con.execute(
+                    f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+                    f"SELECT {_MEMBER_COLUMNS} FROM _new_members"
+                )
         finally:
             con.unregister("_new_clusters")
             con.unregister("_new_members")
+
+
+def _any_member(con: Any, episode_ids: list[str]) -> bool:
+    """Whether any of ``episode_ids`` is a stored member (of any partition: the id is the key).
+
+    Why ask first: an incremental night's members are new episodes, and an ``INSERT ... ON
+    CONFLICT`` of a partition's ~100 of them cost ~25-30 ms, DuckDB walking the 1M-key index
+    (episode ids and cluster ids spread over it) for the conflict check it then never uses;
+    this lookup by the key (an IN list of literals: an index scan) and a plain insert cost
+    ~6 ms (a 1M home's meta file, BENCHMARKS.md s36). When one is stored the upsert runs as
+    before, so what is stored is the same either way."""
+    if not episode_ids:
+        return False
+    found = con.execute(
+        f"SELECT 1 FROM cluster_members WHERE {in_list('episode_id', episode_ids)} LIMIT 1"
+    ).fetchall()
+    return bool(found)
 
 
 def list_clusters(meta: MetaStore, tenant_id: str | None = None) -> list[dict[str, Any]]:

@@ -1,5 +1,8 @@
 """Literals of Lance filter expressions (DataFusion SQL): strings, timestamps, IN lists.
 
+Strings and IN lists are standard SQL, the same in DuckDB: a store module looking rows up by
+a few keys there uses them too (``stores/clusters._any_member``).
+
 One place for them, so every stage quotes a value the same way and no stage imports another
 for a helper. Pure, no I/O.
 """
