@@ -27,6 +27,7 @@ stages (~1.3 CPU s; lancedb's ~3 more are avoided by reading Lance through pylan
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
+from memory_core.gc_pause import gc_paused
 from memory_core.stages.cluster.stage import (
     ClusterOutcome,
     ClusterState,
@@ -115,7 +117,12 @@ _worker: dict[str, Any] = {}
 
 def _start_worker(settings_data: dict[str, Any], parent: int) -> None:
     """Per worker process: the settings and a Lance handle, and a watch on the parent (a
-    SIGKILLed parent, as the crash harness does, must not leave workers behind)."""
+    SIGKILLed parent, as the crash harness does, must not leave workers behind).
+
+    What the imports and this setup made is then moved out of the cyclic collector's reach
+    (``gc.freeze``): it lives as long as the worker, and every full collection walked it
+    again. With the pauses of ``_compute``, collections went from ~9% of a partition's compute
+    to ~1% (a worker-like process, BENCHMARKS.md s36)."""
     settings = Settings.model_validate(settings_data)
     _worker["settings"] = settings
     # pylance alone: the worker only scans, and lancedb's import was most of its start
@@ -129,20 +136,25 @@ def _start_worker(settings_data: dict[str, Any], parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    gc.collect()
+    gc.freeze()
 
 
 def _compute(ctx: RunContext, partition: Partition, state: PartitionState, *,
              recluster: bool) -> _Computed:  # fmt: skip
-    """Cluster, then mine, one partition from Lance and ``state`` (in a worker process)."""
+    """Cluster, then mine, one partition from Lance and ``state`` (in a worker process), the
+    cyclic collector paused (``memory_core.gc_pause``: one partition's garbage at most waits
+    for it)."""
     settings: Settings = _worker["settings"]
     lance: LanceStore = _worker["lance"]
     t0 = time.perf_counter()
-    cluster = compute_clusters(lance, settings.cluster, ctx, partition, state.cluster,
-                               recluster=recluster, steps=settings.steps)  # fmt: skip
-    t1 = time.perf_counter()
-    clustering = cluster.result.clustering
-    assert clustering is not None  # every compute path sets it
-    mined = compute_mining(lance, settings, partition, state.mine, clustering)
+    with gc_paused():
+        cluster = compute_clusters(lance, settings.cluster, ctx, partition, state.cluster,
+                                   recluster=recluster, steps=settings.steps)  # fmt: skip
+        t1 = time.perf_counter()
+        clustering = cluster.result.clustering
+        assert clustering is not None  # every compute path sets it
+        mined = compute_mining(lance, settings, partition, state.mine, clustering)
     cluster.result.clustering = None  # the writer needs the rows to save, not the state again
     seconds = {"cluster": t1 - t0, "mine": time.perf_counter() - t1}
     return _Computed(cluster=cluster, mined=mined, seconds=seconds)

@@ -23,7 +23,7 @@ one float32 vector array per block), not by the input text or Python objects:
    ``CHUNK_LINES`` lines at a time); each is cut, parsed, validated and gated by
    ``blocks.process_block`` / ``process_chunk`` and kept as Arrow columns plus one
    float32 vector array. Every bad line of the whole input is known before anything is
-   written. The cyclic GC is paused meanwhile (``_gc_paused``).
+   written. The cyclic GC is paused meanwhile (``memory_core.gc_pause``).
 2. write: conflicts (within the input and against the store) and re-ingested episodes are
    resolved on the id/hash columns; with ``at_ingest`` new episodes without a vector are
    embedded (through the cache); all new rows go to Lance in a single ``merge_insert`` commit
@@ -37,12 +37,10 @@ Per episode, CPU: ~2 us reading, ~4 us cutting, ~11 us DuckDB vector parse, ~7 u
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,7 @@ from memory_core.config import Settings
 from memory_core.context import RunContext
 from memory_core.embed import Embedder
 from memory_core.errors import EmbedderMismatch, EpisodeConflict, FieldError, ValidationFailed
+from memory_core.gc_pause import gc_paused
 from memory_core.models import Episode, content_hash
 from memory_core.stages.embed.stage import cached_embeddings
 from memory_core.stages.ingest.blocks import (
@@ -168,20 +167,6 @@ def _file_blocks(path: Path, block: int | None = None) -> Iterator[tuple[int, by
         view.release()
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic GC while validating: it makes no cycles, but allocates millions of objects,
-    and every full collection walks everything the process holds (measured: ~20% of the
-    validation time). Collection resumes, and catches up, afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _list_chunks(lines: list[str], size: int | None = None) -> Iterator[tuple[int, list[str]]]:
     size = size or CHUNK_LINES
     for start in range(0, len(lines), size):
@@ -263,7 +248,7 @@ def _ingest(
 ) -> IngestResult:
     stores.lance.ensure_tables(embedder.dim, embedder=embedder.version)
     _check_embedder(stores, embedder)
-    with _gc_paused(), VectorParser(embedder.dim) as parser:  # phase 1: nothing is written
+    with gc_paused(), VectorParser(embedder.dim) as parser:  # phase 1: nothing is written
         chunks = list(validate(parser))
     errors = [e for c in chunks for e in c.errors]
     result = IngestResult(path=source, lines=sum(c.lines for c in chunks), errors=errors)
