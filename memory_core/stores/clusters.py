@@ -172,20 +172,30 @@ def save_partition_clusters(
             con.unregister("_new_members")
 
 
+# Up to this many incoming members are looked up by an IN list of literals (an index scan:
+# ~3-4 ms for a 1% night's ~100); beyond it DuckDB's parse of the list grows with it (10k ids:
+# ~180 ms) and a semi join against the registered rows, which scans the key column whatever the
+# count (~15-17 ms at 1M members), is cheaper.
+LITERAL_LOOKUP_MAX = 256
+
+
 def _any_member(con: Any, episode_ids: list[str]) -> bool:
-    """Whether any of ``episode_ids`` is a stored member (of any partition: the id is the key).
+    """Whether any of ``episode_ids`` (the rows registered as ``_new_members``) is a stored
+    member (of any partition: the id is the key).
 
     Why ask first: an incremental night's members are new episodes, and an ``INSERT ... ON
     CONFLICT`` of a partition's ~100 of them cost ~25-30 ms, DuckDB walking the 1M-key index
     (episode ids and cluster ids spread over it) for the conflict check it then never uses;
-    this lookup by the key (an IN list of literals: an index scan) and a plain insert cost
-    ~6 ms (a 1M home's meta file, BENCHMARKS.md s36). When one is stored the upsert runs as
-    before, so what is stored is the same either way."""
+    the lookup and a plain insert cost ~6 ms (10k members, a first night's partition: ~47 ms
+    upserted, ~30 ms looked up and inserted; a 1M home's meta file, BENCHMARKS.md s36). When
+    one is stored the upsert runs as before, so what is stored is the same either way."""
     if not episode_ids:
         return False
-    found = con.execute(
-        f"SELECT 1 FROM cluster_members WHERE {in_list('episode_id', episode_ids)} LIMIT 1"
-    ).fetchall()
+    if len(episode_ids) <= LITERAL_LOOKUP_MAX:
+        where = in_list("episode_id", episode_ids)
+    else:
+        where = "episode_id IN (SELECT episode_id FROM _new_members)"
+    found = con.execute(f"SELECT 1 FROM cluster_members WHERE {where} LIMIT 1").fetchall()
     return bool(found)
 
 

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import memory_core.stores.clusters as clusters_module
 from memory_core.config import load_settings
 from memory_core.stores import open_stores
 from memory_core.stores.clusters import CLUSTER_SCHEMA, MEMBER_SCHEMA, save_partition_clusters
@@ -110,11 +112,14 @@ def _stored(home: Path) -> dict[str, dict[str, tuple[Any, ...]]]:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(history=st.lists(save, min_size=1, max_size=5))
+@given(history=st.lists(save, min_size=1, max_size=5), literal_max=st.sampled_from([0, 256]))
 def test_stored_clustering_after_any_sequence_of_saves_is_the_upsert_model(
-    history: list[tuple[int, bool, list[tuple[str, str]]]],
+    history: list[tuple[int, bool, list[tuple[str, str]]]], literal_max: int
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    """``literal_max``: both lookups of stored members (an IN list of literals; a semi join
+    against the incoming rows, which a first night's 10k members take)."""
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clusters_module, "LITERAL_LOOKUP_MAX", literal_max)
         home = Path(tmp)
         meta = open_stores(load_settings(home=home, embed={"model": "hash"})).meta
         expected: dict[str, dict[str, tuple[Any, ...]]] = {"clusters": {}, "members": {}}
