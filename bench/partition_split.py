@@ -71,25 +71,26 @@ def _time_statements(spent: Counter[str], calls: Counter[str]) -> None:
     ``_TimedConnection``; the commit is timed as ``COMMIT``. A measurement harness only."""
     from memory_core.stores.meta import MetaStore
 
+    original = MetaStore.atomic
+
     @contextmanager
     def atomic(self: MetaStore) -> Iterator[None]:
-        if getattr(self._local, "unit", None) is not None:
+        """``MetaStore.atomic`` itself, its connection wrapped while the block runs; its exit
+        (the commit) timed."""
+        outer = getattr(self._local, "unit", None) is None
+        block = original(self)
+        block.__enter__()
+        if outer:
+            self._local.unit = _TimedConnection(self._local.unit, spent, calls)
+        try:
             yield
-            return
-        with self.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            self._local.unit = _TimedConnection(con, spent, calls)
-            try:
-                yield
-            except BaseException:
-                self._local.unit = None
-                con.abort()
-                con.execute("ROLLBACK")
+        except BaseException:
+            if not block.__exit__(*sys.exc_info()):
                 raise
-            self._local.unit = None
-            con.abort()
-            started = time.perf_counter()
-            con.execute("COMMIT")
+            return
+        started = time.perf_counter()
+        block.__exit__(None, None, None)
+        if outer:
             spent["COMMIT"] += time.perf_counter() - started
             calls["COMMIT"] += 1
 

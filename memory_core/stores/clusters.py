@@ -155,22 +155,21 @@ def save_partition_clusters(
                 "error_code = excluded.error_code, updated_at = excluded.updated_at"
             )
             crash_point("cluster.in_transaction")  # atomic: clusters without members never land
-            if replace or _any_member(con, members.column("episode_id").to_pylist()):
-                con.execute(
-                    f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
-                    f"SELECT {_MEMBER_COLUMNS} FROM _new_members "
-                    "ON CONFLICT (episode_id) DO UPDATE SET cluster_id = excluded.cluster_id, "
-                    "distance = excluded.distance, assigned_at = excluded.assigned_at"
-                )
-            else:
-                con.execute(
-                    f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
-                    f"SELECT {_MEMBER_COLUMNS} FROM _new_members"
-                )
+            upsert = replace or _any_member(con, members)
+            con.execute(
+                f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+                f"SELECT {_MEMBER_COLUMNS} FROM _new_members{_ON_MEMBER if upsert else ''}"
+            )
         finally:
             con.unregister("_new_clusters")
             con.unregister("_new_members")
 
+
+# How stored members take the incoming rows of the same episodes (``_any_member``).
+_ON_MEMBER = (
+    " ON CONFLICT (episode_id) DO UPDATE SET cluster_id = excluded.cluster_id, "
+    "distance = excluded.distance, assigned_at = excluded.assigned_at"
+)
 
 # Up to this many incoming members are looked up by an IN list of literals (an index scan:
 # ~3-4 ms for a 1% night's ~100); beyond it DuckDB's parse of the list grows with it (10k ids:
@@ -179,9 +178,9 @@ def save_partition_clusters(
 LITERAL_LOOKUP_MAX = 256
 
 
-def _any_member(con: Any, episode_ids: list[str]) -> bool:
-    """Whether any of ``episode_ids`` (the rows registered as ``_new_members``) is a stored
-    member (of any partition: the id is the key).
+def _any_member(con: Any, members: pa.Table) -> bool:
+    """Whether any of ``members`` (the rows registered as ``_new_members``) is a stored
+    member (of any partition: the episode id is the key).
 
     Why ask first: an incremental night's members are new episodes, and an ``INSERT ... ON
     CONFLICT`` of a partition's ~100 of them cost ~25-30 ms, DuckDB walking the 1M-key index
@@ -189,10 +188,10 @@ def _any_member(con: Any, episode_ids: list[str]) -> bool:
     the lookup and a plain insert cost ~6 ms (10k members, a first night's partition: ~47 ms
     upserted, ~30 ms looked up and inserted; a 1M home's meta file, BENCHMARKS.md s36). When
     one is stored the upsert runs as before, so what is stored is the same either way."""
-    if not episode_ids:
+    if not members.num_rows:
         return False
-    if len(episode_ids) <= LITERAL_LOOKUP_MAX:
-        where = in_list("episode_id", episode_ids)
+    if members.num_rows <= LITERAL_LOOKUP_MAX:
+        where = in_list("episode_id", members.column("episode_id").to_pylist())
     else:
         where = "episode_id IN (SELECT episode_id FROM _new_members)"
     found = con.execute(f"SELECT 1 FROM cluster_members WHERE {where} LIMIT 1").fetchall()
