@@ -49,6 +49,16 @@ CANDIDATES_NOTE = (
     "Candidates after this run, by id and counts only; their text stays in our stores: "
     "`memctl candidates --format json` or `memctl review show BATCH`"
 )
+# rows of the candidates artifact: a 1M-episode first night changes ~15k candidates, ~3 MB of
+# table that Prefect's server refuses to publish as an event (its limit is 1.5 MB); the rest
+# are listed by `memctl candidates`
+ARTIFACT_ROWS = 1000
+
+
+def _candidates_note(listed: int, changed: int) -> str:
+    if listed == changed:
+        return CANDIDATES_NOTE
+    return f"{CANDIDATES_NOTE}. The first {listed:,} of {changed:,} (by tenant, namespace, id)."
 
 
 def _stores(settings_data: dict[str, Any]) -> tuple[Settings, Stores]:
@@ -380,7 +390,7 @@ def _consolidate(
     ).result()
     crash_point("nightly.stale_checked")
     by_status = count_by_status(stores.meta)
-    produced = run_candidate_rows(stores.meta, ctx.run_id)
+    produced, changed = run_candidate_rows(stores.meta, ctx.run_id, limit=ARTIFACT_ROWS)
     summary: dict[str, Any] = {
         "run_id": ctx.run_id,
         "now": ctx.now.isoformat(),
@@ -403,7 +413,7 @@ def _consolidate(
     create_table_artifact(
         key="nightly-candidates",
         table=produced,
-        description=CANDIDATES_NOTE,
+        description=_candidates_note(len(produced), changed),
     )
     create_markdown_artifact(key="nightly-summary", markdown=_summary_markdown(summary))
     finish_run(

@@ -161,12 +161,22 @@ def test_demo_candidate_precision_and_recall(ingest, stores, settings):
     assert quality["recall"] >= 0.8, quality
 
 
-def test_flow_publishes_artifacts(ingest, settings):
+def test_flow_publishes_artifacts(ingest, settings, stores, monkeypatch):
+    """The candidates table lists at most ``ARTIFACT_ROWS`` (a 1M first night's ~15k rows
+    were one event Prefect refused to publish) and says how many there were."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
+    import flows.nightly
+
+    monkeypatch.setattr(flows.nightly, "ARTIFACT_ROWS", 2)
     ingest(_seed_scenario())
-    run_nightly(settings, now=NOW)
+    summary = run_nightly(settings, now=NOW)
+    with stores.meta.connect() as con:
+        (changed,) = con.execute(
+            "SELECT count(*) FROM candidates WHERE run_id = ?", [summary["run_id"]]
+        ).fetchone()
+    assert changed > 2
 
     async def read():
         async with get_client() as client:
@@ -182,6 +192,10 @@ def test_flow_publishes_artifacts(ingest, settings):
     kinds = {a.key: a.type for a in artifacts}
     assert kinds.get("nightly-candidates") == "table"
     assert kinds.get("nightly-summary") == "markdown"
+    (table,) = [a for a in artifacts if a.key == "nightly-candidates"]
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    assert [r["candidate_id"] for r in rows] == sorted(r["candidate_id"] for r in rows)
+    assert len(rows) == 2 and f"first 2 of {changed:,}" in (table.description or "")
 
 
 def test_artifacts_carry_ids_and_counts_never_subjects_or_memory_text(ingest, settings, stores):
