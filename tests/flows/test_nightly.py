@@ -166,6 +166,7 @@ def test_flow_publishes_artifacts(ingest, settings, stores, monkeypatch):
     were one event Prefect refused to publish) and says how many there were."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
 
     import flows.nightly
 
@@ -184,7 +185,8 @@ def test_flow_publishes_artifacts(ingest, settings, stores, monkeypatch):
             found = await client.read_artifacts(
                 artifact_filter=ArtifactFilter(
                     key=ArtifactFilterKey(any_=["nightly-candidates", "nightly-summary"])
-                )
+                ),
+                sort=ArtifactSort.CREATED_DESC,  # ours first, whatever the server's page size
             )
             ours = []
             for artifact in found:
