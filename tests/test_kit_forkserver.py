@@ -92,3 +92,19 @@ def test_a_launched_command_is_forked_and_gives_what_the_real_one_gives(tmp_path
     assert sleeper.stdout is not None and sleeper.stdout.readline() == b"1\n"
     sleeper.terminate()  # forwarded: the command dies of it, and the launcher as it did
     assert sleeper.wait(timeout=30) == -15
+
+
+def test_a_stopped_or_dead_server_leaves_no_directory() -> None:
+    env = {**os.environ, "KIT_PROBE": "dir-check"}  # its own server, not another test's
+    server = forkserver._server(env, False)
+    first = Path(server.dir)
+    assert (first / "s").is_socket()
+    server.proc.kill()  # died under the kit: the next request replaces it
+    server.proc.wait(timeout=30)
+    replaced = forkserver._server(env, False)
+    assert replaced is not server and replaced.alive()
+    assert not first.exists()
+    second = Path(replaced.dir)
+    assert forkserver.run([sys.executable, "-c", "pass"], env=env).returncode == 0
+    replaced.stop()
+    assert not second.exists()

@@ -33,6 +33,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -330,11 +331,14 @@ class _Server:
         return self.proc.poll() is None
 
     def stop(self) -> None:
+        """Kill and reap the server, and remove its socket's directory (each server made one
+        under the temp dir; left behind, a developer's /tmp gained a few per suite run)."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def spawn(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[socket.socket, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -381,7 +385,10 @@ def _server(env: Mapping[str, str], preload_prefect: bool) -> _Server:
     key = (modules, tuple(sorted((k, v) for k, v in env.items() if not k.startswith(runtime))))
     with _lock:
         server = _servers.pop(key, None)
-        if server is None or not server.alive():
+        if server is not None and not server.alive():
+            server.stop()  # reaped, its directory removed
+            server = None
+        if server is None:
             while len(_servers) >= MAX_SERVERS:  # stop the least recently used
                 _servers.pop(next(iter(_servers))).stop()
             server = _Server(env, modules)
