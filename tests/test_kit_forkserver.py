@@ -108,3 +108,7 @@ def test_a_stopped_or_dead_server_leaves_no_directory() -> None:
     assert forkserver.run([sys.executable, "-c", "pass"], env=env).returncode == 0
     replaced.stop()
     assert not second.exists()
+    # out of the kit's cache too: a stopped entry would hold one of its MAX_SERVERS slots and
+    # push a live server of a later test in this process out first
+    for key in [k for k, v in forkserver._servers.items() if v is replaced]:
+        del forkserver._servers[key]
