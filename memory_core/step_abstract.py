@@ -6,13 +6,18 @@ each value replaced by a variable named after its key (``cancel_reservation(rese
 $reservation_id)``). A free-text action (contract v1) is its own signature, unchanged, so v1
 homes (and the demo) mine exactly as before.
 
-A procedure shows its steps with variables only where the evidence says the value varies:
-over the calls that share one signature, an argument whose observed values differ becomes a
-typed variable (``$date`` kind ``date``, with up to :data:`MAX_EXAMPLES` concrete examples);
-an argument seen once, or always with the same value, stays a constant (one observation is
-no evidence that it can vary). Types are inferred generically from the values and the key
-(ISO dates, amounts, ids, e-mail addresses, short repeated words = enumerations), never from
-a list written for one data set.
+A procedure shows a constant only where the evidence says the value is fixed: over the calls
+that share one signature, an argument whose observed values differ becomes a typed variable
+(``$date`` kind ``date``, with up to :data:`MAX_EXAMPLES` concrete examples), and so does one
+whose single value was seen from fewer than :data:`MIN_CONSTANT_SOURCES` independent sources
+(runs, or subjects when the caller says who made each run). An argument always given the same
+value by several users is a constant of the procedure (``cabin=economy``); one user's four
+attempts at one task agree on their own reservation id, dates and gift card because they are
+one request, which is no evidence that the procedure fixes them (tau-bench: a flight-change
+procedure showed ``search_onestop_flight(date=2024-05-24, destination=PHL, origin=ATL)`` and
+one user's ``payment_id=gift_card_5634230`` as steps for every user of the tenant). Types are
+inferred generically from the values and the key (ISO dates, amounts, ids, e-mail addresses,
+short repeated words = enumerations), never from a list written for one data set.
 
 Every step has one of three classes (:func:`step_class`, rules in
 :class:`memory_core.config.StepsConfig`: explicit tool lists first, then name prefixes; each
@@ -55,6 +60,7 @@ from memory_core.steps import Step, ToolCall, as_step
 
 __all__ = [
     "MAX_EXAMPLES",
+    "MIN_CONSTANT_SOURCES",
     "AbstractStep",
     "Variable",
     "abstract_steps",
@@ -68,6 +74,9 @@ __all__ = [
 ]
 
 MAX_EXAMPLES = 3
+# how many independent sources (runs, or subjects when known) must agree on a value before a
+# procedure shows it as a constant: one source agreeing with itself is no evidence
+MIN_CONSTANT_SOURCES = 2
 
 StepClass = Literal["read_only", "control", "world_changing"]
 
@@ -305,7 +314,9 @@ def _freeze(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _variable(key: str, values: list[Any]) -> Variable:
+def _variable(key: str, values: list[Any], sources: int) -> Variable:
+    """``values``: the argument in every call; ``sources``: how many independent sources
+    (``_Origins``) made those calls."""
     distinct: dict[str, Any] = {}
     for value in values:
         distinct.setdefault(_freeze(value), value)
@@ -314,12 +325,14 @@ def _variable(key: str, values: list[Any]) -> Variable:
     if kind == "word":
         # a short word that recurs is an enumeration; all-different words are free values
         kind = "enum" if len(distinct) < len(values) else "text"
-    if len(distinct) == 1 and not _names_a_person(key, kind):
-        # seen once, or always the same: no evidence that it varies
+    if len(distinct) == 1 and sources >= MIN_CONSTANT_SOURCES and not _names_a_person(key, kind):
+        # always the same, from several sources: no evidence that it varies
         only = next(iter(distinct.values()))
         return Variable(key, kind, 1, [], only, is_constant=True)
     if len(distinct) == 1:
-        # a person's id, address or words is never a constant of a tenant's procedure
+        # a person's id, address or words is never a constant of a tenant's procedure, nor is
+        # what one source said (once, or each time it tried the same request); nor is it
+        # quoted as an example: it would be that one user's value, shown to every user
         return Variable(key, kind, 1, [])
     ordered = sorted(distinct.items(), key=lambda kv: kv[0])
     examples = [v for _, v in ordered[:MAX_EXAMPLES]] if _shareable(key, kind) else []
@@ -357,15 +370,65 @@ def _distinct_runs(
     return [*((key, n) for key, n in counts.items()), *out]
 
 
+def _distinct_sourced_runs(
+    runs: Iterable[Sequence[str | Step] | None], sources: Sequence[str | None] | None
+) -> list[tuple[Sequence[str | Step], str | None, int]]:
+    """``_distinct_runs`` per source: (action list, its subject or None, how many runs)."""
+    if sources is None:
+        return [(actions, None, n) for actions, n in _distinct_runs(runs)]
+    runs = list(runs)
+    if len(sources) != len(runs):
+        msg = f"abstract_steps: {len(sources)} sources for {len(runs)} runs"
+        raise ValueError(msg)
+    by_source: dict[str | None, list[Sequence[str | Step] | None]] = {}
+    for actions, source in zip(runs, sources, strict=True):
+        by_source.setdefault(source, []).append(actions)
+    # runs of an unknown subject (None) stay runs: each is a source of its own
+    return [(a, source, n) for source, lists in by_source.items()
+            for a, n in _distinct_runs(lists)]  # fmt: skip
+
+
+class _Origins:
+    """Which independent sources made the calls of one signature, by argument value.
+
+    A source is a subject when the caller names who made each run, else a run (a distinct
+    action list made by ``times`` runs counts ``times``): how many sources agree on a value
+    decides whether a procedure may show it as a constant (``MIN_CONSTANT_SOURCES``)."""
+
+    def __init__(self) -> None:
+        self.weight: dict[Any, int] = {}
+        self.by_value: dict[tuple[str, str], set[Any]] = {}
+
+    def add(self, step: Step, source: Any, weight: int) -> None:
+        self.weight[source] = weight
+        if isinstance(step, ToolCall):
+            for key, value in step.args.items():
+                self.by_value.setdefault((key, _freeze(value)), set()).add(source)
+
+    def agreeing(self, key: str, value: Any) -> int:
+        """How many sources gave ``key`` this ``value``."""
+        found = self.by_value.get((key, _freeze(value)), ())
+        return sum(self.weight[s] for s in found)
+
+
 def abstract_steps(
     episodes_actions: Iterable[Sequence[str | Step]],
     config: StepsConfig,
     namespace: str | None = None,
+    *,
+    sources: Sequence[str | None] | None = None,
 ) -> dict[str, AbstractStep]:
-    """Every signature seen in these episodes' actions, its arguments abstracted over all calls."""
+    """Every signature seen in these episodes' actions, its arguments abstracted over all calls.
+
+    ``sources``: who made each run (its subject id), in the order of ``episodes_actions``:
+    runs of one subject then count as one source for a constant (module docstring); without
+    it, or for a run whose subject is None, each run is a source of its own."""
     calls: dict[str, list[Step]] = {}
     refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
-    for actions, times in _distinct_runs(episodes_actions):
+    origins: dict[bool, dict[str, _Origins]] = {False: {}, True: {}}
+    runs = _distinct_sourced_runs(episodes_actions, sources)
+    for index, (actions, source, times) in enumerate(runs):
+        token, weight = (("subject", source), 1) if source is not None else (("run", index), times)
         for raw in actions:
             if isinstance(raw, str):
                 step, failed, sig = _stored(raw)
@@ -374,8 +437,13 @@ def abstract_steps(
                 failed = isinstance(step, ToolCall) and step.failed
                 sig = step_signature(step)
             (refused if failed else calls).setdefault(sig, []).extend([step] * times)
+            if isinstance(step, ToolCall):
+                origins[failed].setdefault(sig, _Origins()).add(step, token, weight)
     for sig, steps in refused.items():
-        calls.setdefault(sig, steps)  # values are abstracted over the calls that worked
+        if sig not in calls:  # values are abstracted over the calls that worked
+            calls[sig] = steps
+            if sig in origins[True]:
+                origins[False][sig] = origins[True][sig]
     out: dict[str, AbstractStep] = {}
     for sig, steps in sorted(calls.items()):
         first = steps[0]
@@ -386,9 +454,11 @@ def abstract_steps(
             )
             continue
         keys = sorted(first.args)
-        variables = [
-            _variable(k, [s.args.get(k) for s in steps if isinstance(s, ToolCall)]) for k in keys
-        ]
+        seen = origins[False].get(sig) or _Origins()
+        variables = []
+        for k in keys:
+            values = [s.args.get(k) for s in steps if isinstance(s, ToolCall)]
+            variables.append(_variable(k, values, seen.agreeing(k, values[0]) if values else 0))
         kind = step_class(first.tool, config, namespace)
         out[sig] = AbstractStep(
             sig, first.tool, kind == "read_only", len(steps), variables, kind == "control"

@@ -1,5 +1,6 @@
-"""Step abstraction: typed variables from varying values, constants from single ones, lookups
-told apart from world-changing steps, and the mining pattern built from them."""
+"""Step abstraction: typed variables from varying values, constants only from values several
+sources agree on, lookups told apart from world-changing steps, and the mining pattern built
+from them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from memory_core.config import PolicyConfig, StepRules, StepsConfig
 from memory_core.stages.mine.counterexamples import mine_cluster
 from memory_core.step_abstract import (
+    MIN_CONSTANT_SOURCES,
     abstract_steps,
     is_read_only,
     pattern_of,
@@ -84,20 +86,64 @@ def test_examples_never_quote_a_person() -> None:
     assert "mia" not in json.dumps(step.as_dict())
 
 
-def test_a_value_seen_once_or_always_the_same_stays_a_constant() -> None:
+def test_a_value_is_a_constant_only_when_several_sources_agree_on_it() -> None:
+    # seen once: one observation is no evidence that the procedure fixes it
     once = abstract_steps([[call("send_certificate", cabin="economy", amount=150)]], RULES)
     [step] = once.values()
-    assert all(v.is_constant for v in step.variables)
-    assert step.text() == "send_certificate(amount=150, cabin=economy)"
-    # except a person's id: seen once it is still a variable, never quoted to the tenant
-    once = abstract_steps([[call("get_user_details", user_id="mia_3668")]], RULES)
-    [step] = once.values()
-    assert step.text() == "get_user_details(user_id=$user_id)"
+    assert not any(v.is_constant for v in step.variables)
+    assert step.text() == "send_certificate(amount=$amount, cabin=$cabin)"
+    # nor quoted as an example: one source's value would be shown to every user of the tenant
+    assert all(v.examples == [] for v in step.variables)
+    # always the same in several runs: a constant
     same = abstract_steps(
         [[call("book", cabin="economy", user=u)] for u in ("a1", "b2", "c3")], RULES
     )
     [step] = same.values()
     assert step.text() == "book(cabin=economy, user=$user)"
+    # except a person's id: never a constant, never quoted to the tenant
+    twice = abstract_steps([[call("get_user_details", user_id="mia_3668")]] * 3, RULES)
+    [step] = twice.values()
+    assert step.text() == "get_user_details(user_id=$user_id)"
+    assert step.variables[0].examples == []
+    # one run calling twice with the same value is still one source
+    [step] = abstract_steps([[call("pay", amount=5), call("pay", amount=5)]], RULES).values()
+    assert step.text() == "pay(amount=$amount)" and step.calls == 2
+
+
+def test_runs_of_one_subject_are_one_source() -> None:
+    """One user's attempts at one request agree on their own reservation and gift card; that
+    is no evidence that the procedure fixes them. Two users agreeing on a value is."""
+    mia = [call("update_flights", reservation_id="1N99U6", payment_id="gift_card_5634230",
+                cabin="economy")] * 1  # fmt: skip
+    noah = [call("update_flights", reservation_id="ZFA04Y", payment_id="credit_card_77",
+                 cabin="economy")]  # fmt: skip
+    runs = [mia, mia, mia]
+    [alone] = abstract_steps(runs, RULES, sources=["mia", "mia", "mia"]).values()
+    assert not any(v.is_constant for v in alone.variables)
+    assert "1N99U6" not in json.dumps(alone.as_dict()) and "gift_card" not in json.dumps(
+        alone.as_dict()
+    )
+    # the same three runs with no subjects named count as three sources (as before)
+    [unnamed] = abstract_steps(runs, RULES).values()
+    assert unnamed.text() == (
+        "update_flights(cabin=economy, payment_id=gift_card_5634230, reservation_id=1N99U6)"
+    )
+    # a second user who agrees on the cabin only: the cabin is a constant, the rest vary
+    [both] = abstract_steps([*runs, noah], RULES, sources=["mia", "mia", "mia", "noah"]).values()
+    assert both.text() == (
+        "update_flights(cabin=economy, payment_id=$payment_id, reservation_id=$reservation_id)"
+    )
+    # a run of an unknown subject is a source of its own
+    [unknown] = abstract_steps(runs, RULES, sources=["mia", None, "mia"]).values()
+    assert unknown.text() == unnamed.text()
+    assert MIN_CONSTANT_SOURCES == 2
+
+
+def test_sources_must_match_the_runs() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="2 sources for 1 runs"):
+        abstract_steps([[call("do", v=1)]], RULES, sources=["a", "b"])
 
 
 def test_signature_ignores_values_and_key_order() -> None:
@@ -241,4 +287,4 @@ def test_abstraction_is_deterministic_and_order_free(values: list[str]) -> None:
     two = {k: s.as_dict() for k, s in abstract_steps(list(reversed(runs)), RULES).items()}
     assert one == two
     [step] = one.values()
-    assert ("constant" in step["args"][0]) == (len(set(values)) == 1)
+    assert ("constant" in step["args"][0]) == (len(set(values)) == 1 and len(values) >= 2)

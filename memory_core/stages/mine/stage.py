@@ -268,6 +268,12 @@ class _Evidence:
     def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
         return [self.actions[e] for e in ids]
 
+    def subjects_of(self, ids: tuple[str, ...]) -> list[str | None]:
+        """Who made each run: runs of one subject agree with themselves, so a value they all
+        gave is no constant of the procedure (``step_abstract.abstract_steps``)."""
+        index, subject = self.index, self.subject_id
+        return [subject[index[e]] for e in ids]
+
     def goals_of(self, ids: tuple[str, ...]) -> list[tuple[str, str]]:
         """(goal, subject) of each episode: what names the problem (``_problem``)."""
         index, goal, subject = self.index, self.goal, self.subject_id
@@ -593,8 +599,12 @@ def _mine_clusters(
         cids = evidence.clusters[key]
         for finding in mine_groups(groups, settings.policy):
             cid = _home_cluster(finding, cluster_of, cids)
-            support = evidence.actions_of(finding.support_ids or finding.success_ids)
-            abstract = abstract_steps(support, settings.steps, partition.namespace)
+            support_ids = finding.support_ids or finding.success_ids
+            support = evidence.actions_of(support_ids)
+            abstract = abstract_steps(
+                support, settings.steps, partition.namespace,
+                sources=evidence.subjects_of(support_ids),
+            )  # fmt: skip
             shown = policy_steps(
                 finding.steps, abstract, support, settings.steps, partition.namespace
             )

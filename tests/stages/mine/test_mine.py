@@ -328,3 +328,31 @@ def test_a_policy_change_retires_candidates_of_the_old_version(tmp_path: Path, k
     assert by_version["2"].status == CandidateStatus.pending_score
     assert by_version["1"].status == CandidateStatus.auto_rejected
     assert by_version["1"].reason == "stale: mined under policy version 1, now 2"
+
+
+def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
+    """Structured steps: three users agree on ``mode=full`` (a constant of the procedure); one
+    user looked up their own device in two of the four successful runs, which is half the
+    support, so the lookup is shown, but as a variable: two runs of one user agreeing on their
+    device id are no evidence that the procedure fixes it, and the id is that user's."""
+    reset = {"tool": "reset_adapter", "args": {"mode": "full"}}
+    reconnect = {"tool": "reconnect_vpn", "args": {}}
+    own_device = {"tool": "get_device", "args": {"device_id": "DEV-ANA-7"}}
+    episodes = kit.seed_scenario()
+    for episode in episodes:
+        if episode["episode_id"].startswith(("ok", "bad")):
+            episode["actions"] = [reset, reconnect]
+        if episode["episode_id"] in ("ok0", "ok3"):  # both ana's
+            episode["actions"] = [own_device, reset, reconnect]
+    mem.ingest(episodes)
+    mem.consolidate()
+    [cand] = [
+        c for c in list_candidates(mem.stores.meta, kind="procedural", status="pending_score")
+        if c.support_ids == ["ok0", "ok1", "ok2", "ok3"]
+    ]  # fmt: skip
+    assert cand.procedure.steps == [
+        "get_device(device_id=$device_id)",
+        "reset_adapter(mode=full)",
+        "reconnect_vpn()",
+    ]
+    assert "DEV-ANA-7" not in cand.model_dump_json()
