@@ -10,7 +10,8 @@ A procedure shows a constant only where the evidence says the value is fixed: ov
 that share one signature, an argument whose observed values differ becomes a typed variable
 (``$date`` kind ``date``, with up to :data:`MAX_EXAMPLES` concrete examples), and so does one
 whose single value was seen from fewer than :data:`MIN_CONSTANT_SOURCES` independent sources
-(runs, or subjects when the caller says who made each run). An argument always given the same
+(runs, or subjects when the caller says who made each run); only values that many sources
+gave are quoted, as the constant or as examples. An argument always given the same
 value by several users is a constant of the procedure (``cabin=economy``); one user's four
 attempts at one task agree on their own reservation id, dates and gift card because they are
 one request, which is no evidence that the procedure fixes them (tau-bench: a flight-change
@@ -51,7 +52,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -314,9 +315,14 @@ def _freeze(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _variable(key: str, values: list[Any], sources: int) -> Variable:
-    """``values``: the argument in every call; ``sources``: how many independent sources
-    (``_Origins``) made those calls."""
+def _variable(key: str, values: list[Any], sources_of: Callable[[Any], int]) -> Variable:
+    """``values``: the argument in every call; ``sources_of(value)``: how many independent
+    sources (``_Origins``) gave that value.
+
+    A value is shown to the tenant (as the constant, or as an example of a variable) only when
+    ``MIN_CONSTANT_SOURCES`` sources gave it: one user's reservation id, gift card or dates
+    are theirs, and a procedure that quoted them would show them to every other user and keep
+    them after that user is forgotten."""
     distinct: dict[str, Any] = {}
     for value in values:
         distinct.setdefault(_freeze(value), value)
@@ -325,17 +331,14 @@ def _variable(key: str, values: list[Any], sources: int) -> Variable:
     if kind == "word":
         # a short word that recurs is an enumeration; all-different words are free values
         kind = "enum" if len(distinct) < len(values) else "text"
-    if len(distinct) == 1 and sources >= MIN_CONSTANT_SOURCES and not _names_a_person(key, kind):
+    shared = [v for _, v in sorted(distinct.items(), key=lambda kv: kv[0])
+              if sources_of(v) >= MIN_CONSTANT_SOURCES]  # fmt: skip
+    if len(distinct) == 1 and shared and not _names_a_person(key, kind):
         # always the same, from several sources: no evidence that it varies
-        only = next(iter(distinct.values()))
-        return Variable(key, kind, 1, [], only, is_constant=True)
-    if len(distinct) == 1:
-        # a person's id, address or words is never a constant of a tenant's procedure, nor is
-        # what one source said (once, or each time it tried the same request); nor is it
-        # quoted as an example: it would be that one user's value, shown to every user
-        return Variable(key, kind, 1, [])
-    ordered = sorted(distinct.items(), key=lambda kv: kv[0])
-    examples = [v for _, v in ordered[:MAX_EXAMPLES]] if _shareable(key, kind) else []
+        return Variable(key, kind, 1, [], shared[0], is_constant=True)
+    # a person's id, address or words is never a constant of a tenant's procedure, nor is what
+    # one source said (once, or each time it tried the same request)
+    examples = shared[:MAX_EXAMPLES] if len(distinct) > 1 and _shareable(key, kind) else []
     return Variable(key, kind, len(distinct), examples)
 
 
@@ -455,10 +458,11 @@ def abstract_steps(
             continue
         keys = sorted(first.args)
         seen = origins[False].get(sig) or _Origins()
-        variables = []
-        for k in keys:
-            values = [s.args.get(k) for s in steps if isinstance(s, ToolCall)]
-            variables.append(_variable(k, values, seen.agreeing(k, values[0]) if values else 0))
+        calls_made = [s for s in steps if isinstance(s, ToolCall)]
+        variables = [
+            _variable(k, [s.args.get(k) for s in calls_made], functools.partial(seen.agreeing, k))
+            for k in keys
+        ]
         kind = step_class(first.tool, config, namespace)
         out[sig] = AbstractStep(
             sig, first.tool, kind == "read_only", len(steps), variables, kind == "control"

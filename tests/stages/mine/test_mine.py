@@ -331,18 +331,20 @@ def test_a_policy_change_retires_candidates_of_the_old_version(tmp_path: Path, k
 
 
 def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
-    """Structured steps: three users agree on ``mode=full`` (a constant of the procedure); one
-    user looked up their own device in two of the four successful runs, which is half the
+    """Structured steps: three users agree on ``mode=full`` (a constant of the procedure) and
+    each run files its own ticket (a variable, none quoted as an example: each is one run's);
+    one user looked up their own device in two of the four successful runs, which is half the
     support, so the lookup is shown, but as a variable: two runs of one user agreeing on their
     device id are no evidence that the procedure fixes it, and the id is that user's."""
-    reset = {"tool": "reset_adapter", "args": {"mode": "full"}}
     reconnect = {"tool": "reconnect_vpn", "args": {}}
     own_device = {"tool": "get_device", "args": {"device_id": "DEV-ANA-7"}}
     episodes = kit.seed_scenario()
     for episode in episodes:
-        if episode["episode_id"].startswith(("ok", "bad")):
+        eid = episode["episode_id"]
+        reset = {"tool": "reset_adapter", "args": {"mode": "full", "ticket": f"T-{eid}"}}
+        if eid.startswith(("ok", "bad")):
             episode["actions"] = [reset, reconnect]
-        if episode["episode_id"] in ("ok0", "ok3"):  # both ana's
+        if eid in ("ok0", "ok3"):  # both ana's
             episode["actions"] = [own_device, reset, reconnect]
     mem.ingest(episodes)
     mem.consolidate()
@@ -352,7 +354,8 @@ def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
     ]  # fmt: skip
     assert cand.procedure.steps == [
         "get_device(device_id=$device_id)",
-        "reset_adapter(mode=full)",
+        "reset_adapter(mode=full, ticket=$ticket)",
         "reconnect_vpn()",
     ]
-    assert "DEV-ANA-7" not in cand.model_dump_json()
+    stored = cand.model_dump_json()
+    assert "DEV-ANA-7" not in stored and "T-ok" not in stored
