@@ -41,7 +41,10 @@ from memory_core.models import content_hash
 
 __all__ = ["UnitPlan", "plan_units", "unit_key"]
 
-_VERSION = 1  # bump when what a unit's candidates depend on changes
+# bump when what a unit's candidates depend on changes; 2: a procedure quotes only values
+# two sources gave (step_abstract.MIN_CONSTANT_SOURCES), so every stored unit is mined
+# again once and no procedure keeps one user's values from before
+_VERSION = 2
 
 
 def unit_key(cluster_id: str, error_code: str | None) -> str:

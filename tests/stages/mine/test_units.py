@@ -67,6 +67,22 @@ def test_a_policy_change_remines_every_unit(tmp_path: Path, kit) -> None:
     assert (result.units_mined, result.units_kept) == (2, 0)
 
 
+def test_a_home_mined_by_an_older_miner_is_mined_again_once(mem, kit, monkeypatch) -> None:
+    """Units stored by the miner before a change of what candidates hold (``_VERSION``; 2:
+    procedures quote only values two sources gave) are all mined again on the next night, so
+    no stored procedure keeps what the older miner wrote; the night after carries them."""
+    from memory_core.stages.mine import units
+
+    mem.ingest([*kit.seed_scenario(), *_second_problem(kit)])
+    with monkeypatch.context() as older:
+        older.setattr(units, "_VERSION", units._VERSION - 1)
+        mem.consolidate()
+    upgraded = mem.mine(now=kit.NOW + timedelta(days=1))
+    assert (upgraded.units_mined, upgraded.units_kept) == (2, 0)
+    after = mem.mine(now=kit.NOW + timedelta(days=2))
+    assert (after.units_mined, after.units_kept) == (0, 2)
+
+
 def test_fingerprints_do_not_depend_on_row_order(mem, kit) -> None:
     mem.ingest([*kit.seed_scenario(), *_second_problem(kit)])
     mem.consolidate()
