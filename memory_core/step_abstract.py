@@ -75,8 +75,9 @@ __all__ = [
 ]
 
 MAX_EXAMPLES = 3
-# how many independent sources (runs, or subjects when known) must agree on a value before a
-# procedure shows it as a constant: one source agreeing with itself is no evidence
+# how many independent sources (runs, or subjects when known) must have given a value before a
+# procedure quotes it, as a constant or as an example: one source agreeing with itself is no
+# evidence, and its value is its own
 MIN_CONSTANT_SOURCES = 2
 
 StepClass = Literal["read_only", "control", "world_changing"]
