@@ -330,12 +330,9 @@ def test_a_policy_change_retires_candidates_of_the_old_version(tmp_path: Path, k
     assert by_version["1"].reason == "stale: mined under policy version 1, now 2"
 
 
-def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
-    """Structured steps: three users agree on ``mode=full`` (a constant of the procedure) and
-    each run files its own ticket (a variable, none quoted as an example: each is one run's);
-    one user looked up their own device in two of the four successful runs, which is half the
-    support, so the lookup is shown, but as a variable: two runs of one user agreeing on their
-    device id are no evidence that the procedure fixes it, and the id is that user's."""
+def _structured_scenario(kit) -> list[dict]:
+    """The seed scenario with tool calls: ``reset_adapter(mode=full, ticket=T-<run>)`` then
+    ``reconnect_vpn()``; ana (ok0, ok3) first looks up her own device, ``DEV-ANA-7``."""
     reconnect = {"tool": "reconnect_vpn", "args": {}}
     own_device = {"tool": "get_device", "args": {"device_id": "DEV-ANA-7"}}
     episodes = kit.seed_scenario()
@@ -346,7 +343,16 @@ def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
             episode["actions"] = [reset, reconnect]
         if eid in ("ok0", "ok3"):  # both ana's
             episode["actions"] = [own_device, reset, reconnect]
-    mem.ingest(episodes)
+    return episodes
+
+
+def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
+    """Structured steps: three users agree on ``mode=full`` (a constant of the procedure) and
+    each run files its own ticket (a variable, none quoted as an example: each is one run's);
+    one user looked up their own device in two of the four successful runs, which is half the
+    support, so the lookup is shown, but as a variable: two runs of one user agreeing on their
+    device id are no evidence that the procedure fixes it, and the id is that user's."""
+    mem.ingest(_structured_scenario(kit))
     mem.consolidate()
     [cand] = [
         c for c in list_candidates(mem.stores.meta, kind="procedural", status="pending_score")
@@ -359,3 +365,30 @@ def test_a_procedure_quotes_no_value_that_only_one_user_gave(mem, kit) -> None:
     ]
     stored = cand.model_dump_json()
     assert "DEV-ANA-7" not in stored and "T-ok" not in stored
+
+
+def test_forgetting_a_user_leaves_no_value_of_theirs_in_a_procedure(mem, kit) -> None:
+    """A procedure that had quoted ana's device id kept it after ana was forgotten (her
+    episodes gone, the candidate's pins of them removed, its body unchanged), and the
+    deletion's verification, which looks for her name and record ids, passed: seen on
+    tau-bench with a user's reservation id. Now nothing of hers is in any file of the home."""
+    from memory_core.context import RunContext
+    from memory_core.stages.forget import forget_subject
+
+    mem.ingest(_structured_scenario(kit))
+    mem.consolidate()
+    receipt = forget_subject(
+        mem.stores, mem.settings, RunContext(now=kit.NOW), "ana", tenant_id="acme"
+    )
+    assert receipt["verification"]["verified"]
+    holding = [
+        str(path) for path in Path(mem.settings.home).rglob("*")
+        if path.is_file() and b"DEV-ANA-7" in path.read_bytes()
+    ]  # fmt: skip
+    assert holding == []
+    # the procedure itself is still there, supported by the others' runs
+    assert [
+        c.procedure.steps
+        for c in list_candidates(mem.stores.meta, kind="procedural")
+        if c.procedure and "reset_adapter(mode=full, ticket=$ticket)" in c.procedure.steps
+    ]
