@@ -316,9 +316,9 @@ def _freeze(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _variable(key: str, values: list[Any], sources_of: Callable[[Any], int]) -> Variable:
-    """``values``: the argument in every call; ``sources_of(value)``: how many independent
-    sources (``_Origins``) gave that value.
+def _variable(key: str, values: list[Any], sources_of: Callable[[str], int]) -> Variable:
+    """``values``: the argument in every call; ``sources_of(frozen)``: how many independent
+    sources (``_Origins``) gave the value whose ``_freeze`` is ``frozen``.
 
     A value is shown to the tenant (as the constant, or as an example of a variable) only when
     ``MIN_CONSTANT_SOURCES`` sources gave it: one user's reservation id, gift card or dates
@@ -332,8 +332,8 @@ def _variable(key: str, values: list[Any], sources_of: Callable[[Any], int]) -> 
     if kind == "word":
         # a short word that recurs is an enumeration; all-different words are free values
         kind = "enum" if len(distinct) < len(values) else "text"
-    shared = [v for _, v in sorted(distinct.items(), key=lambda kv: kv[0])
-              if sources_of(v) >= MIN_CONSTANT_SOURCES]  # fmt: skip
+    shared = [v for frozen, v in sorted(distinct.items(), key=lambda kv: kv[0])
+              if sources_of(frozen) >= MIN_CONSTANT_SOURCES]  # fmt: skip
     if len(distinct) == 1 and shared and not _names_a_person(key, kind):
         # always the same, from several sources: no evidence that it varies
         return Variable(key, kind, 1, [], shared[0], is_constant=True)
@@ -403,16 +403,14 @@ class _Origins:
         self.weight: dict[Any, int] = {}
         self.by_value: dict[tuple[str, str], set[Any]] = {}
 
-    def add(self, step: Step, source: Any, weight: int) -> None:
+    def add(self, call: ToolCall, source: Any, weight: int) -> None:
         self.weight[source] = weight
-        if isinstance(step, ToolCall):
-            for key, value in step.args.items():
-                self.by_value.setdefault((key, _freeze(value)), set()).add(source)
+        for key, value in call.args.items():
+            self.by_value.setdefault((key, _freeze(value)), set()).add(source)
 
-    def agreeing(self, key: str, value: Any) -> int:
-        """How many sources gave ``key`` this ``value``."""
-        found = self.by_value.get((key, _freeze(value)), ())
-        return sum(self.weight[s] for s in found)
+    def agreeing(self, key: str, frozen: str) -> int:
+        """How many sources gave ``key`` the value whose ``_freeze`` is ``frozen``."""
+        return sum(self.weight[s] for s in self.by_value.get((key, frozen), ()))
 
 
 def abstract_steps(
@@ -446,8 +444,7 @@ def abstract_steps(
     for sig, steps in refused.items():
         if sig not in calls:  # values are abstracted over the calls that worked
             calls[sig] = steps
-            if sig in origins[True]:
-                origins[False][sig] = origins[True][sig]
+            origins[False][sig] = origins[True][sig]  # a refused step is a tool call
     out: dict[str, AbstractStep] = {}
     for sig, steps in sorted(calls.items()):
         first = steps[0]
@@ -458,7 +455,7 @@ def abstract_steps(
             )
             continue
         keys = sorted(first.args)
-        seen = origins[False].get(sig) or _Origins()
+        seen = origins[False][sig]  # every tool call's signature was added above
         calls_made = [s for s in steps if isinstance(s, ToolCall)]
         variables = [
             _variable(k, [s.args.get(k) for s in calls_made], functools.partial(seen.agreeing, k))

@@ -119,7 +119,7 @@ def test_runs_of_one_subject_are_one_source() -> None:
     """One user's attempts at one request agree on their own reservation and gift card; that
     is no evidence that the procedure fixes them. Two users agreeing on a value is."""
     mia = [call("update_flights", reservation_id="1N99U6", payment_id="gift_card_5634230",
-                cabin="economy")] * 1  # fmt: skip
+                cabin="economy")]  # fmt: skip
     noah = [call("update_flights", reservation_id="ZFA04Y", payment_id="credit_card_77",
                  cabin="economy")]  # fmt: skip
     runs = [mia, mia, mia]
