@@ -19,6 +19,7 @@ from memory_core.eval import metrics
 from memory_core.eval.harness import EVAL_REVIEWER, EvalHome
 from memory_core.eval.retrieval import Query, open_reader, run_queries
 from memory_core.eval.scans import scan_for_needles, subject_residue
+from memory_core.stages.forget.subject_values import identifying_values
 from memory_core.stages.promote.supersede import fact_key, procedure_key
 
 __all__ = [
@@ -194,13 +195,22 @@ def deletion_probe(home: EvalHome, *, now: datetime, tenant_id: str, subject_id:
     # A text that someone else's text also contains ("I prefer VS Code as my editor.") is
     # not theirs to find.
     mine_ids = {e["episode_id"] for e in mine}
-    others = "\x1f".join(
-        e.get("text") or "" for e in home.rows("episodes") if e["episode_id"] not in mine_ids
+    theirs = [e for e in home.rows("episodes") if e["episode_id"] not in mine_ids]
+    others = "\x1f".join(e.get("text") or "" for e in theirs)
+    # the same for a value in their tool calls or conditions: anywhere in another's episode
+    said_by_others = "\x1f".join(
+        "\x1f".join([e.get("goal") or "", *(e.get("actions") or []), e.get("conditions") or "",
+                     e.get("text") or "", e.get("feedback") or ""])
+        for e in theirs
+    )  # fmt: skip
+    values = identifying_values(
+        [e.get("actions") for e in mine], [e.get("conditions") for e in mine]
     )
     scan = subject_residue(
         home.stores, tenant_id=tenant_id, subject_id=subject_id,
         episode_ids=[e["episode_id"] for e in mine],
         texts=[t for e in mine if (t := e.get("text") or "") and t not in others],
+        values=sorted(v for v in values if v not in said_by_others),
     )  # fmt: skip
     elsewhere_after = sum(
         1

@@ -10,7 +10,7 @@ values, a forgotten subject's ids and texts) in every string column, whatever it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +38,16 @@ class ScanResult:
         return sum(self.hits.values())
 
 
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
 def _string_columns(table: pa.Table) -> list[str]:
+    """String columns, and lists of strings (a procedure's steps, an episode's actions)."""
     return [
         f.name
         for f in table.schema
-        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        if _is_text(f.type) or (pa.types.is_list(f.type) and _is_text(f.type.value_type))
     ]
 
 
@@ -59,7 +64,10 @@ def _pattern(needles: list[str]) -> str:
 def _mask(table: pa.Table, pattern: str) -> pa.Array | None:
     mask = None
     for name in _string_columns(table):
-        hit = pc.match_substring_regex(pc.fill_null(table.column(name), ""), pattern)
+        column = table.column(name)
+        if pa.types.is_list(column.type):
+            column = pc.binary_join(column, "\x1f")
+        hit = pc.match_substring_regex(pc.fill_null(column, ""), pattern)
         mask = hit if mask is None else pc.or_(mask, hit)
     return mask
 
@@ -150,13 +158,17 @@ def subject_residue(
     subject_id: str,
     episode_ids: list[str],
     texts: list[str],
+    values: Sequence[str] = (),
     min_text_chars: int = 24,
 ) -> ScanResult:
     """What is left of a forgotten subject: its rows (by subject and tenant) in any Lance
     version, and any cell anywhere holding one of its episode ids (JSON-quoted, so ``a:1`` does
-    not match ``a:10``) or one of its texts (those long enough to be distinctive)."""
+    not match ``a:10``), one of its texts (those long enough to be distinctive) or one of the
+    identifying values only it gave (``stages/forget/subject_values.py``: a device, a
+    reservation id in its tool calls)."""
     needles = [json.dumps(i) for i in episode_ids]
     needles += [t for t in texts if t and len(t) >= min_text_chars]
+    needles += [v for v in values if v]
     own = f"subject_id = {sql_quote(subject_id)} AND tenant_id = {sql_quote(tenant_id)}"
     where = {name: own for name in TABLES}
     if episode_ids:  # Lance id columns hold ids unquoted

@@ -72,6 +72,7 @@ __all__ = [
     "subject_hash",
     "subject_sources",
     "unclassified_tables",
+    "values_left",
 ]
 
 Action = Literal["delete", "rewrite", "scrub", "hash", "none"]
@@ -574,6 +575,47 @@ def _scrub_audit(con: duckdb.DuckDBPyConnection, needles: list[str], tenant_id: 
     return changed
 
 
+def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], bool, bool]]:
+    """Every base table: (name, its VARCHAR/JSON columns, has tenant_id, has candidate_id)."""
+    return con.execute(
+        """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
+        FILTER (WHERE c.data_type IN ('VARCHAR', 'JSON')),
+        bool_or(c.column_name = 'tenant_id'), bool_or(c.column_name = 'candidate_id')
+        FROM information_schema.columns c JOIN information_schema.tables t
+        ON t.table_name = c.table_name AND t.table_schema = c.table_schema
+        AND t.table_catalog = c.table_catalog
+        WHERE c.table_schema = 'main' AND c.table_catalog = current_database()
+        AND t.table_type = 'BASE TABLE'
+        GROUP BY 1 ORDER BY 1"""
+    ).fetchall()
+
+
+def values_left(meta: MetaStore, values: Sequence[str]) -> dict[str, int]:
+    """Rows of any DuckDB table with a text column holding one of ``values`` anywhere in it
+    (as stored or JSON-escaped): {table: rows}. For values only a forgotten subject gave
+    (``stages/forget/subject_values.py``), so no tenant filter: no other row may hold one."""
+    spelled = sorted({s for v in values if v for s in _spellings(v)})
+    hits: dict[str, int] = {}
+    if not spelled:
+        return hits
+    with meta.connect() as con:
+        con.register("_values", pa.table({"v": pa.array(spelled, pa.string())}))
+        try:
+            for name, cols, _tenant, _candidate in _text_tables(con):
+                if not cols:
+                    continue
+                match = " OR ".join(f'contains("{c}"::VARCHAR, x.v)' for c in cols)
+                row = con.execute(
+                    f'SELECT count(*) FROM "{name}" WHERE EXISTS (SELECT 1 FROM _values x '
+                    f"WHERE {match})"
+                ).fetchall()
+                if row and row[0][0]:
+                    hits[name] = int(row[0][0])
+        finally:
+            con.unregister("_values")
+    return hits
+
+
 def find_needles(
     meta: MetaStore,
     needles: list[str],
@@ -600,18 +642,7 @@ def find_needles(
             "_needles", pa.table({"needle": wanted, "quoted": [json.dumps(n) for n in wanted]})
         )
         con.register("_words", pa.table({"pattern": pa.array(patterns, pa.string())}))
-        columns = con.execute(
-            """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
-            FILTER (WHERE c.data_type IN ('VARCHAR', 'JSON')),
-            bool_or(c.column_name = 'tenant_id'), bool_or(c.column_name = 'candidate_id')
-            FROM information_schema.columns c JOIN information_schema.tables t
-            ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-            AND t.table_catalog = c.table_catalog
-            WHERE c.table_schema = 'main' AND c.table_catalog = current_database()
-            AND t.table_type = 'BASE TABLE'
-            GROUP BY 1 ORDER BY 1"""
-        ).fetchall()
-        for name, cols, has_tenant, has_candidate in columns:
+        for name, cols, has_tenant, has_candidate in _text_tables(con):
             if not cols:
                 continue
             match = " OR ".join(

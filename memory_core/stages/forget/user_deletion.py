@@ -14,7 +14,9 @@ its receipt is written):
 6. delete the subject's Lance rows (one commit per table), and its access-log lines;
 7. purge: compaction materializing deletions, index refresh, cleanup of every old version;
 8. verify: every version of every Lance table, index row counts, every text column of every
-   DuckDB table, and the access-log files; then store the receipt (counts, tables, versions
+   DuckDB table, and the access-log files, for the target's name and record ids, and every
+   derived table for the identifying values only its episodes held (``subject_values``,
+   found in step 2); then store the receipt (counts, tables, versions
    purged, duration, verification; the subject only as a hash).
 """
 
@@ -39,6 +41,7 @@ from memory_core.stages.cluster.stage import _error_code, _label
 from memory_core.stages.forget.expire import access_log_dir
 from memory_core.stages.forget.purge import text_hashes_of
 from memory_core.stages.forget.revoke import remove_sources
+from memory_core.stages.forget.subject_values import identifying_values, only_theirs, values_left
 from memory_core.stores import Stores
 from memory_core.stores import forgetting as fstore
 from memory_core.stores.audit import receipt_id as audit_receipt_id
@@ -82,12 +85,16 @@ class Target:
         return self.subject_id if self.subject_id is not None else (self.episode_id or "")
 
 
-def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list[str], list[str]]:
+def _collect(
+    stores: Stores, target: Target
+) -> tuple[dict[str, list[str]], list[str], list[str], list[str]]:
     """({table: ids} of the target's rows in every version-current table, text hashes, the
-    verbatim texts: needles for copies outside our rows, e.g. an orchestrator's form)."""
+    verbatim texts: needles for copies outside our rows, e.g. an orchestrator's form, and
+    the identifying values of its episodes that no other episode holds)."""
     ids: dict[str, list[str]] = {}
     hashes: list[str] = []
     texts: list[str] = []
+    values: set[str] = set()
     existing = set(stores.lance.table_names())
     for name in TABLES:
         if name not in existing or (target.kind == "episode" and name != "episodes"):
@@ -101,7 +108,14 @@ def _collect(stores: Stores, target: Target) -> tuple[dict[str, list[str]], list
             for column in ("text", "feedback"):
                 if column in rows.column_names:
                     texts += [t for t in rows.column(column).to_pylist() if t]
-    return ids, hashes, texts
+            if name == "episodes":
+                values |= identifying_values(
+                    rows.column("actions").to_pylist(), rows.column("conditions").to_pylist()
+                )
+    # the name itself (a ``user_id`` argument) is looked for as the name, where the request
+    # that names it is rightly kept
+    values = {v for v in values if v not in target.name}
+    return ids, hashes, texts, only_theirs(stores, target.where(), values)
 
 
 def _recompute_clusters(stores: Stores, settings: Settings, gone: list[str]) -> tuple[list, list]:
@@ -244,7 +258,7 @@ def _forget_rows(
     check_tags(stores.lance, tables, drop=settings.forget.drop_tags)
     with stores.meta.connect() as con:
         unclassified = fstore.unclassified_tables(con)
-    ids_by_table, hashes, texts = _collect(stores, target)
+    ids_by_table, hashes, texts, values = _collect(stores, target)
     record_ids = sorted({i for ids in ids_by_table.values() for i in ids})
     if target.subject_id is not None:  # sources no longer in Lance (compacted) still count
         record_ids = sorted(
@@ -298,6 +312,11 @@ def _forget_rows(
     verification = _verify(stores, settings, target, [*record_ids, *candidates], request_id)
     for table, count in fstore.quotes_left(stores.meta, needles.texts).items():
         verification["residue"][f"duckdb.{table}.quotes"] = count
+        verification["verified"] = False
+    # the values only the target gave (never listed in the receipt: they are its data)
+    verification["values_checked"] = len(values)
+    for where, count in values_left(stores, values).items():
+        verification["residue"][f"{where}.values"] = count
         verification["verified"] = False
     marks["verify"] = time.perf_counter()
     names, stamps = list(marks), [t0, *marks.values()]

@@ -312,4 +312,4 @@ def test_tool_call_arguments_naming_the_subject_leave_no_candidate_behind(mem, k
     assert naming_victim() > 0  # the candidate pins the victim's runs, quoting the calls
     receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), victim)
     assert naming_victim() == 0
-    assert receipt["verification"]["verified"] is True
+    assert receipt["verification"]["verified"] is True, receipt["verification"]

@@ -1,0 +1,104 @@
+"""A user deletion also looks for the identifying values only the subject gave (their device,
+their reservation): a derived record that kept one turns the receipt unverified."""
+
+from __future__ import annotations
+
+import json
+
+from forget_rows import add_procedure, prov
+
+from memory_core.context import RunContext
+from memory_core.stages.forget import forget_subject
+from memory_core.stages.forget.subject_values import identifying_values, only_theirs
+
+
+def _call(tool: str, **args: object) -> dict[str, object]:
+    return {"tool": tool, "args": args}
+
+
+def _episodes(kit) -> list[dict]:
+    """ana looks up her device DEV-ANA-7; ben his DEV-BEN-3; both quote ticket TCK-2024."""
+    rows = []
+    for i, (subject, device) in enumerate([("ana", "DEV-ANA-7"), ("ben", "DEV-BEN-3")] * 2):
+        rows.append(
+            kit.make_episode(
+                f"{subject}{i}", minutes=i, subject_id=subject,
+                actions=[_call("get_device", device_id=device, ticket="TCK-2024"),
+                         _call("reset_adapter", mode="full")],
+                conditions={"error_code": "720", "site": "Zürich-9" if subject == "ana" else "x"},
+            )
+        )  # fmt: skip
+    return rows
+
+
+def test_identifying_values_are_ids_in_arguments_and_conditions_not_words_numbers_or_dates() -> (
+    None
+):
+    steps = [
+        json.dumps(_call("book", id="1N99U6", cabin="economy", n=123456, when="2024-05-24 10:00")),
+        json.dumps(_call("pay", payment={"id": "gift_card_5634230", "amount": 99})),
+        "reset the adapter on DEV-1",  # free text: words, not values
+    ]
+    found = identifying_values([steps, None], ['{"device": "DEV-ANA-7", "os": "linux"}', None, "{"])
+    # a date with a time has a space; 123456 has no letter; economy no digit
+    assert found == {"1N99U6", "gift_card_5634230", "DEV-ANA-7"}
+
+
+def test_only_values_no_other_episode_holds_are_checked(mem, kit) -> None:
+    episodes = _episodes(kit)
+    episodes.append(
+        kit.make_episode("cy0", subject_id="cy", goal="VPN down on DEV-BEN-3 again", minutes=9)
+    )
+    mem.ingest(episodes)
+    ana = {"DEV-ANA-7", "TCK-2024", "Zürich-9"}
+    assert only_theirs(mem.stores, "subject_id = 'ana'", ana) == ["DEV-ANA-7", "Zürich-9"]
+    # DEV-BEN-3 is in cy's free text: not ben's alone
+    assert only_theirs(mem.stores, "subject_id = 'ben'", {"DEV-BEN-3", "TCK-2024"}) == []
+
+
+def test_a_derived_record_keeping_a_value_only_the_subject_gave_is_residue(mem, kit) -> None:
+    """A procedure approved from ben's runs that (as an older miner did) quotes ana's device:
+    ana's deletion removes her episodes and their pins, and the receipt says it is not
+    verified, naming the table but not the value. ben's own device in another procedure, and
+    the ticket both gave, are nobody's residue."""
+    mem.ingest(_episodes(kit))
+    bens = prov(mem.stores, ["ben1", "ben3"])
+    add_procedure(mem.stores, "p-ana", sources=bens, name="fix on DEV-ANA-7")
+    add_procedure(mem.stores, "p-ben", sources=bens, name="fix on DEV-BEN-3 with TCK-2024")
+    receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), "ana")
+    verification = receipt["verification"]
+    assert verification["values_checked"] == 2  # DEV-ANA-7, Zürich-9
+    assert not verification["verified"]
+    assert verification["residue"] == {"lance.procedures.values": 1}
+    assert "DEV-ANA-7" not in json.dumps(receipt) and "Z\\u00fcrich-9" not in json.dumps(receipt)
+
+
+def test_a_candidate_body_keeping_such_a_value_is_residue_and_a_clean_home_verifies(
+    tmp_path, kit
+) -> None:
+    """Mined from the same runs, no candidate quotes ana's device (it is one user's value),
+    so her deletion verifies with her values checked; a candidate body edited to hold it (in
+    a copy of the home) is found in DuckDB."""
+    mem = kit.open_mem(tmp_path / "home")
+    mem.ingest(_episodes(kit))
+    mem.consolidate()
+    with mem.stores.meta.connect() as con:
+        (steps,) = con.execute(
+            "SELECT body->>'$.procedure.steps' FROM candidates WHERE kind = 'procedural'"
+        ).fetchone()
+    assert "get_device(device_id=$device_id" in steps  # a variable: one user's value each
+    receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), "ana")
+    assert receipt["verification"]["verified"], receipt["verification"]
+    assert receipt["verification"]["values_checked"] == 2
+
+    other = kit.open_mem(tmp_path / "other")
+    other.ingest(_episodes(kit))
+    other.consolidate()
+    with other.stores.meta.transaction() as con:
+        con.execute(
+            "UPDATE candidates SET body = replace(body::VARCHAR, 'device_id=$device_id', "
+            "'device_id=DEV-ANA-7')::JSON WHERE kind = 'procedural'"
+        )
+    receipt = forget_subject(other.stores, other.settings, RunContext(now=kit.NOW), "ana")
+    assert not receipt["verification"]["verified"]
+    assert receipt["verification"]["residue"] == {"duckdb.candidates.values": 1}
