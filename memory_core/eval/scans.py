@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_core.stores import Stores
+from memory_core.stores.forgetting import literal_pattern
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.schemas import TABLES
 
@@ -52,13 +53,8 @@ def _string_columns(table: pa.Table) -> list[str]:
 
 
 def _pattern(needles: list[str]) -> str:
-    """One RE2 alternation of the literal needles: one pass per column, however many.
-    Every character that is not a letter or digit is written as ``\\x{HEX}`` (RE2 rejects
-    some of Python's escapes, such as an escaped space)."""
-    return "|".join(
-        "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):x}}}" for c in n)
-        for n in needles
-    )
+    """One RE2 alternation of the literal needles: one pass per column, however many."""
+    return literal_pattern(needles)
 
 
 def _mask(table: pa.Table, pattern: str) -> pa.Array | None:

@@ -59,6 +59,7 @@ __all__ = [
     "fold_access_rows",
     "folded_files",
     "get_request",
+    "literal_pattern",
     "pending_requests",
     "purge_record_rows",
     "purge_subject_rows",
@@ -590,6 +591,15 @@ def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], b
     ).fetchall()
 
 
+def literal_pattern(values: Sequence[str]) -> str:
+    """One RE2 alternation of literal strings: every character but ASCII letters and digits
+    as ``\\x{HEX}`` (RE2 rejects some of Python's escapes). One pass per cell, however many."""
+    return "|".join(
+        "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):x}}}" for c in v)
+        for v in values
+    )
+
+
 def values_left(meta: MetaStore, values: Sequence[str]) -> dict[str, int]:
     """Rows of any DuckDB table with a text column holding one of ``values`` anywhere in it
     (as stored or JSON-escaped): {table: rows}. For values only a forgotten subject gave
@@ -598,21 +608,17 @@ def values_left(meta: MetaStore, values: Sequence[str]) -> dict[str, int]:
     hits: dict[str, int] = {}
     if not spelled:
         return hits
+    pattern = literal_pattern(spelled)
     with meta.connect() as con:
-        con.register("_values", pa.table({"v": pa.array(spelled, pa.string())}))
-        try:
-            for name, cols, _tenant, _candidate in _text_tables(con):
-                if not cols:
-                    continue
-                match = " OR ".join(f'contains("{c}"::VARCHAR, x.v)' for c in cols)
-                row = con.execute(
-                    f'SELECT count(*) FROM "{name}" WHERE EXISTS (SELECT 1 FROM _values x '
-                    f"WHERE {match})"
-                ).fetchall()
-                if row and row[0][0]:
-                    hits[name] = int(row[0][0])
-        finally:
-            con.unregister("_values")
+        for name, cols, _tenant, _candidate in _text_tables(con):
+            if not cols:
+                continue
+            match = " OR ".join(f'regexp_matches("{c}"::VARCHAR, $p)' for c in cols)
+            row = con.execute(
+                f'SELECT count(*) FROM "{name}" WHERE {match}', {"p": pattern}
+            ).fetchall()
+            if row and row[0][0]:
+                hits[name] = int(row[0][0])
     return hits
 
 
