@@ -18,6 +18,10 @@ spread over every fragment (subject = row % subjects); every 10th row is past TT
     by tenant and subject (``stores/layout.py``, fragments of ``--layout-rows``; the regroup
     itself is timed once), against (b)'s bare floor of the same run. Target: <= 0.3x.
 Each trial runs on a fresh copy of the same base; medians over ``--repeat`` trials.
+``--tool-calls``: every episode's first step is a tool call with its subject's own device id
+(``get_device(device_id=DEV-s00042-3)``), so (b) and (c) also pay for finding the values only
+the subject gave (``stages/forget/subject_values.py``: every other episode read) and for
+looking for them afterwards; without it the steps are free text and that work is skipped.
 """
 
 from __future__ import annotations
@@ -47,6 +51,19 @@ NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
 FRAGMENT = 100_000
 
 
+TOOL_CALLS = False  # --tool-calls
+
+
+def _actions(idx: np.ndarray, subjects: int) -> list[list[str]]:
+    if not TOOL_CALLS:
+        return [["step a", "step b"]] * len(idx)
+    return [
+        [f'{{"args":{{"device_id":"DEV-s{i % subjects:05d}-{i % 3}"}},"tool":"get_device"}}',
+         "step b"]
+        for i in idx
+    ]  # fmt: skip
+
+
 def _batch(start: int, n: int, subjects: int, dim: int, rng: np.random.Generator) -> pa.Table:
     idx = np.arange(start, start + n)
     old = idx % 10 == 0
@@ -64,7 +81,7 @@ def _batch(start: int, n: int, subjects: int, dim: int, rng: np.random.Generator
         "occurred_at": pa.array(at, ts),
         "source_role": ["agent"] * n,
         "goal": [f"goal {i % 97}" for i in idx],
-        "actions": [["step a", "step b"]] * n,
+        "actions": _actions(idx, subjects),
         "outcome": ["success"] * n,
         "conditions": ['{"os":"linux"}'] * n,
         "observations": [[]] * n,
@@ -196,7 +213,10 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--layout-rows", type=int, default=100_000, help="0 = skip (c)")
     parser.add_argument("--only-forget", action="store_true", help="skip (a), the TTL pass")
+    parser.add_argument("--tool-calls", action="store_true", help="steps with per-subject ids")
     args = parser.parse_args()
+    global TOOL_CALLS
+    TOOL_CALLS = args.tool_calls
     if args.no_fts:
         FTS_TABLES.remove("episodes")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-forget-"))
@@ -258,6 +278,7 @@ def main() -> None:
     print(json.dumps({
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "episodes_fts_index": "episodes" in FTS_TABLES,
+        "tool_calls": TOOL_CALLS,
         "rows": args.rows, "subjects": args.subjects, "dim": args.dim, "repeat": args.repeat,
         "build_s": round(built, 2),
         "ttl_expiry": ttl,
@@ -269,6 +290,7 @@ def main() -> None:
             "fragments_rewritten": forget_receipt["fragments_rewritten"],
             "versions_purged": forget_receipt["versions_purged"],
             "verified": forget_receipt["verification"]["verified"],
+            "values_checked": forget_receipt["verification"].get("values_checked", 0),
             "receipt_duration_s": forget_receipt["duration_s"],
         },
         "forget_subject_grouped": layout_out,

@@ -8,7 +8,8 @@ is written).
 
 Modules: ``stage`` (entry points the CLI and flows call), ``expire`` (rules, access log),
 ``purge`` (hard delete of rows with their DuckDB traces, shared with compact), ``revoke``
-(lineage walk), ``user_deletion`` (``memctl forget --subject``), ``maintain`` (Lance table
+(lineage walk), ``user_deletion`` (``memctl forget --subject``), ``subject_values`` (the
+values only a forgotten subject gave, which its receipt looks for), ``maintain`` (Lance table
 upkeep), ``rewrite`` (Lance fragment rewrite planned centrally, executed on workers, committed
 once).
 """
