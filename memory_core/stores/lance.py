@@ -8,6 +8,7 @@ the state before or after it, never half of it (invariant 9).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -118,6 +119,20 @@ class LanceStore:
         """Every matching row (at most ``limit``; no vector search); filters use the scalar
         indices."""
         return self._dataset(name).to_table(columns=columns, filter=where, limit=limit)
+
+    def scan_batches(
+        self,
+        name: str,
+        *,
+        where: str | None = None,
+        columns: list[str] | None = None,
+        batch_rows: int = 65_536,
+    ) -> Iterator[pa.RecordBatch]:
+        """``scan`` in record batches of at most ``batch_rows``: for a pass over a whole table
+        (a deletion reading every other episode's text) whose memory must not grow with it."""
+        yield from self._dataset(name).to_batches(
+            columns=columns, filter=where, batch_size=batch_rows
+        )
 
     def _schema(self, name: str) -> pa.Schema:
         """The table's schema (a read-only reader, ``lance_read.py``, reads it without lancedb)."""

@@ -133,15 +133,21 @@ def _found(table: pa.Table, values: Iterable[str]) -> set[str]:
 
 
 def only_theirs(stores: Stores, target_where: str, values: Iterable[str]) -> list[str]:
-    """``values`` that no episode outside ``target_where`` holds, at most ``MAX_VALUES``."""
-    wanted = sorted(set(values))
+    """``values`` that no episode outside ``target_where`` holds, at most ``MAX_VALUES``.
+
+    Read in batches, so a million other episodes cost time but not memory, and the pass
+    stops as soon as every value has been seen elsewhere."""
+    wanted = set(values)
     if not wanted or "episodes" not in stores.lance.table_names():
         return []
-    others = stores.lance.scan(
+    batches = stores.lance.scan_batches(
         "episodes", columns=list(_EPISODE_TEXT), where=f"({target_where}) IS NOT TRUE"
     )
-    elsewhere = _found(others, wanted)
-    return [v for v in wanted if v not in elsewhere][:MAX_VALUES]
+    for batch in batches:
+        wanted -= _found(pa.Table.from_batches([batch]), wanted)
+        if not wanted:
+            return []
+    return sorted(wanted)[:MAX_VALUES]
 
 
 def values_left(stores: Stores, values: list[str]) -> dict[str, int]:

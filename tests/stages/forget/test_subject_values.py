@@ -102,3 +102,14 @@ def test_a_candidate_body_keeping_such_a_value_is_residue_and_a_clean_home_verif
     receipt = forget_subject(other.stores, other.settings, RunContext(now=kit.NOW), "ana")
     assert not receipt["verification"]["verified"]
     assert receipt["verification"]["residue"] == {"duckdb.candidates.values": 1}
+
+
+def test_batched_scan_reads_the_rows_a_whole_scan_reads(mem, kit) -> None:
+    mem.ingest(_episodes(kit))
+    where = "subject_id = 'ana' IS NOT TRUE"
+    whole = mem.stores.lance.scan("episodes", columns=["episode_id"], where=where)
+    batches = list(
+        mem.stores.lance.scan_batches("episodes", columns=["episode_id"], where=where, batch_rows=1)
+    )
+    assert len(batches) == whole.num_rows == 2
+    assert sorted(i for b in batches for i in b.column(0).to_pylist()) == ["ben1", "ben3"]
