@@ -4,8 +4,13 @@ their reservation): a derived record that kept one turns the receipt unverified.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 from forget_rows import add_procedure, prov
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from memory_core.context import RunContext
 from memory_core.stages.forget import forget_subject
@@ -113,3 +118,49 @@ def test_batched_scan_reads_the_rows_a_whole_scan_reads(mem, kit) -> None:
     )
     assert len(batches) == whole.num_rows == 2
     assert sorted(i for b in batches for i in b.column(0).to_pylist()) == ["ben1", "ben3"]
+
+
+# a small pool, so that subjects share values, hold them in free text, or alone
+POOL = ["DEV-ANA-7", "R2X9Q7", "Zürich-9", "gift_card_42", "TCK-2024"]
+spec_st = st.fixed_dictionaries({
+    "subject": st.sampled_from(["ana", "ben", "cy"]),
+    "arg": st.sampled_from(POOL),
+    "condition": st.sampled_from([*POOL, "linux"]),
+    "goal_mentions": st.sampled_from([None, *POOL]),
+})  # fmt: skip
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking store-backed cases is slow
+)
+@given(specs=st.lists(spec_st, min_size=1, max_size=8), victim=st.sampled_from(["ana", "ben"]))
+def test_only_theirs_is_what_no_other_episode_says_anywhere(kit, specs, victim) -> None:
+    """Against the definition, row by row: a victim's identifying value is checked exactly
+    when no other episode holds it in its goal, steps or conditions (stored JSON-escaped)."""
+    episodes = [
+        kit.make_episode(
+            f"e{i}", minutes=i, subject_id=s["subject"],
+            goal=f"VPN down on {s['goal_mentions']}" if s["goal_mentions"] else "VPN down",
+            actions=[_call("get_device", device_id=s["arg"])],
+            conditions={"error_code": "720", "site": s["condition"]},
+        )
+        for i, s in enumerate(specs)
+    ]  # fmt: skip
+    home = Path(tempfile.mkdtemp(prefix="values-prop-"))
+    try:
+        mem = kit.open_mem(home)
+        mem.ingest(episodes)
+        mine = [e for e in episodes if e["subject_id"] == victim]
+        said = identifying_values(
+            [[json.dumps(a, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+              for a in e["actions"]] for e in mine],
+            [json.dumps(e["conditions"]) for e in mine],
+        )  # fmt: skip
+        others = [json.dumps(e, ensure_ascii=False) for e in episodes if e["subject_id"] != victim]
+        expected = sorted(v for v in said if not any(v in o for o in others))
+        assert only_theirs(mem.stores, f"subject_id = '{victim}'", said) == expected
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
