@@ -206,11 +206,12 @@ def deletion_probe(home: EvalHome, *, now: datetime, tenant_id: str, subject_id:
     values = identifying_values(
         [e.get("actions") for e in mine], [e.get("conditions") for e in mine]
     )
+    values = {v for v in values if v not in said_by_others and v not in subject_id}
     scan = subject_residue(
         home.stores, tenant_id=tenant_id, subject_id=subject_id,
         episode_ids=[e["episode_id"] for e in mine],
         texts=[t for e in mine if (t := e.get("text") or "") and t not in others],
-        values=sorted(v for v in values if v not in said_by_others),
+        values=sorted(values),
     )  # fmt: skip
     elsewhere_after = sum(
         1
@@ -221,6 +222,10 @@ def deletion_probe(home: EvalHome, *, now: datetime, tenant_id: str, subject_id:
     return {
         "subject_episodes": len(mine),
         "deletion_residue": scan.total,
+        # the values above (never listed: they are the subject's data), and how many the
+        # pipeline's own receipt looked for
+        "subject_values_checked": len(values),
+        "pipeline_values_checked": receipt.get("verification", {}).get("values_checked", 0),
         "residue_where": scan.hits,
         "lance_versions_scanned": scan.versions_scanned,
         "duckdb_tables_scanned": scan.duckdb_tables_scanned,

@@ -80,6 +80,10 @@ _ROWS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         ("revoked records served by recall", ("update_forgetting", "revoked_served")),
         ("deleted subject's episodes", ("update_forgetting", "subject_episodes")),
         ("deletion residue", ("update_forgetting", "deletion_residue")),
+        (
+            "identifying values only the subject gave, looked for",
+            ("update_forgetting", "subject_values_checked"),
+        ),
         ("pipeline's own deletion check passed", ("update_forgetting", "pipeline_self_verified")),
     ],
     "Cost (dry run: what Claude would be sent)": [
@@ -152,8 +156,10 @@ their own words.
 - *supersession accuracy*: changed preferences (both versions stored) whose only current row \
 holds the new object. *as-of correctness*: `facts --as-of T` answers the object true at T.
 - *revoked-source propagation*: records whose every episode source was revoked that end \
-revoked; *deletion residue*: rows of the forgotten subject, or cells holding its episode ids \
-or texts, in any Lance version or DuckDB table after `forget --subject`.
+revoked; *deletion residue*: rows of the forgotten subject, or cells holding its episode ids, \
+its texts or the identifying values of its tool calls and conditions that no one else gave \
+(ids such as a reservation or device: 6+ characters with a letter and a digit), in any Lance \
+version or DuckDB table after `forget --subject`.
 - *ablation arms*: the agent may read nothing, episodes (and digests), + facts, + procedures; \
 each class recalled with the same call, merged by score into the same budget."""
 
