@@ -306,7 +306,9 @@ def _forget_rows(
         for name in tables
     ]  # fmt: skip
     marks["purge"] = time.perf_counter()
-    needles = Needles.of([target.name], [*record_ids, *candidates], texts)
+    # the values only the target gave go with its ids: the orchestrator's copies and the
+    # byte scan match those of 12+ bytes anywhere (``stores/residue.py``), like an id
+    needles = Needles.of([target.name], [*record_ids, *candidates, *values], texts)
     removed = orchestrator.purge(needles) if orchestrator is not None else []
     marks["orchestrator"] = time.perf_counter()
     verification = _verify(stores, settings, target, [*record_ids, *candidates], request_id)
@@ -376,10 +378,12 @@ def _verify_bytes(stores: Stores, settings: Settings, receipt: dict[str, Any], n
     receipt["meta_file_rewrite_s"] = round(stores.meta.rewrite(), 3)
     names = needles.names
     verification = receipt["verification"]
-    verification["home_scan"] = "every file: the name and the record ids"
+    verification["home_scan"] = "every file: the name, the record ids and the values"
     if _name_elsewhere(stores, receipt["tenant_id"], names):
         names = ()  # another tenant's subject of this name is still rightly stored
-        verification["home_scan"] = "every file: record ids (the name is another tenant's too)"
+        verification["home_scan"] = (
+            "every file: record ids and values (the name is another tenant's too)"
+        )
     files = scan_home(
         settings.home, Needles.of(names, needles.ids),
         kept_ids=lambda ids: _kept_ids_containing(stores, ids),

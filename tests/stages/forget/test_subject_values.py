@@ -164,3 +164,18 @@ def test_only_theirs_is_what_no_other_episode_says_anywhere(kit, specs, victim) 
         assert only_theirs(mem.stores, f"subject_id = '{victim}'", said) == expected
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_long_value_in_any_file_under_the_home_is_found_by_the_byte_scan(mem, kit) -> None:
+    """Outside the rows too: a copy of ana's gift card id (12+ bytes, matched anywhere like an
+    id) in a file under the home keeps the deletion unverified; her short device id is left
+    to the row checks (a few free bytes turn up by chance in binary pages)."""
+    episodes = _episodes(kit)
+    episodes[0]["actions"].append(_call("pay", payment_id="gift_card_5634230"))
+    mem.ingest(episodes)
+    (mem.settings.home / "export.txt").write_text("paid with gift_card_5634230 via DEV-ANA-7")
+    receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), "ana")
+    verification = receipt["verification"]
+    assert verification["values_checked"] == 3
+    assert not verification["verified"]
+    assert verification["residue"] == {"home_files": ["export.txt"]}
