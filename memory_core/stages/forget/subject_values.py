@@ -9,13 +9,14 @@ miner no longer quotes a value one source gave; this makes the receipt check it,
 way such a value survives turns a deletion ``unverified`` instead of passing unseen.
 
 *Identifying*: a tool-call argument or a condition value of the target's episodes that looks
-like an identifier: 6-200 characters, a letter and a digit, no whitespace (``1N99U6``,
-``gift_card_5634230``, ``DEV-ANA-7``). Plain words, numbers and dates are left out: they turn
-up in other records' templates, counts and timestamps, and a check that cries wolf would make
-every receipt unverified. *Only theirs*: no other stored episode (any subject, tenant or
-status) holds it anywhere in its goal, steps, conditions, text or feedback, read before the
-deletion. Such a value can then only reach a derived record from the target's own episodes,
-so after the deletion it must be in no derived Lance table and no DuckDB text column.
+like an identifier: 6-200 characters, no whitespace, and a letter and a digit (``1N99U6``,
+``gift_card_5634230``, ``DEV-ANA-7``) or the shape of an e-mail address. Plain words, numbers
+and dates are left out: they turn up in other records' templates, counts and timestamps, and a
+check that cries wolf would make every receipt unverified. *Only theirs*: no other stored
+episode (any subject, tenant or status) holds it anywhere in its goal, steps, conditions, text
+or feedback, read before the deletion. Such a value can then only reach a derived record from
+the target's own episodes, so after the deletion it must be in no derived Lance table and no
+DuckDB text column.
 """
 
 from __future__ import annotations
@@ -37,17 +38,17 @@ __all__ = ["identifying_values", "only_theirs", "values_left"]
 
 _MIN_CHARS, _MAX_CHARS = 6, 200
 _LETTER, _DIGIT, _SPACE = re.compile(r"[^\W\d_]"), re.compile(r"\d"), re.compile(r"\s")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")  # an address, digits or not
 _EPISODE_TEXT = ("goal", "actions", "conditions", "text", "feedback")
 MAX_VALUES = 500  # searched per deletion; a subject with more is checked on the first 500
 
 
 def _identifying(value: str) -> bool:
-    return (
-        _MIN_CHARS <= len(value) <= _MAX_CHARS
-        and _LETTER.search(value) is not None
-        and _DIGIT.search(value) is not None
-        and _SPACE.search(value) is None
-    )
+    if not _MIN_CHARS <= len(value) <= _MAX_CHARS or _SPACE.search(value) is not None:
+        return False
+    if _EMAIL.fullmatch(value) is not None:
+        return True
+    return _LETTER.search(value) is not None and _DIGIT.search(value) is not None
 
 
 def _leaves(value: Any) -> Iterator[str]:
@@ -71,10 +72,10 @@ def identifying_values(
     (stored JSON objects). Free-text actions give none: their words are not values.
 
     >>> sorted(identifying_values(
-    ...     [['{"args":{"id":"1N99U6","cabin":"economy","n":2},"tool":"book"}', "reset it"]],
+    ...     [['{"args":{"id":"1N99U6","cabin":"economy","to":"ana@x.org"},"tool":"book"}']],
     ...     ['{"device": "DEV-ANA-7", "os": "linux"}'],
     ... ))
-    ['1N99U6', 'DEV-ANA-7']
+    ['1N99U6', 'DEV-ANA-7', 'ana@x.org']
     """
     found: set[str] = set()
     for steps in actions:

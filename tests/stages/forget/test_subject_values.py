@@ -42,11 +42,13 @@ def test_identifying_values_are_ids_in_arguments_and_conditions_not_words_number
     steps = [
         json.dumps(_call("book", id="1N99U6", cabin="economy", n=123456, when="2024-05-24 10:00")),
         json.dumps(_call("pay", payment={"id": "gift_card_5634230", "amount": 99})),
+        json.dumps(_call("mail", to="ana.lee@example.org", cc="not-an-address@", at="a@b")),
         "reset the adapter on DEV-1",  # free text: words, not values
     ]
     found = identifying_values([steps, None], ['{"device": "DEV-ANA-7", "os": "linux"}', None, "{"])
-    # a date with a time has a space; 123456 has no letter; economy no digit
-    assert found == {"1N99U6", "gift_card_5634230", "DEV-ANA-7"}
+    # a date with a time has a space; 123456 has no letter; economy no digit; an address
+    # needs a domain with a dot, and six characters
+    assert found == {"1N99U6", "gift_card_5634230", "DEV-ANA-7", "ana.lee@example.org"}
 
 
 def test_only_values_no_other_episode_holds_are_checked(mem, kit) -> None:
