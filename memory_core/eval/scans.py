@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_core.stores import Stores
-from memory_core.stores.forgetting import literal_pattern
+from memory_core.stores.forgetting import literal_pattern, table_columns
 from memory_core.stores.lance import sql_quote
 from memory_core.stores.schemas import TABLES
 
@@ -81,16 +81,8 @@ def _lance_versions(stores: Stores) -> Iterable[tuple[str, int, Any]]:
 
 def _duckdb_tables(stores: Stores) -> list[tuple[str, list[str]]]:
     with stores.meta.connect() as con:
-        rows = con.execute(
-            """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
-            FROM information_schema.columns c JOIN information_schema.tables t
-            ON t.table_name = c.table_name AND t.table_schema = c.table_schema
-            AND t.table_catalog = c.table_catalog
-            WHERE c.table_schema = 'main' AND c.table_catalog = current_database()
-            AND t.table_type = 'BASE TABLE'
-            GROUP BY 1 ORDER BY 1"""
-        ).fetchall()
-    return [(name, list(cols)) for name, cols in rows]
+        tables = table_columns(con)
+    return [(name, [c for c, _ in columns]) for name, columns in tables]
 
 
 def scan_for_needles(

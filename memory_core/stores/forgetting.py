@@ -72,6 +72,7 @@ __all__ = [
     "subject_candidates",
     "subject_hash",
     "subject_sources",
+    "table_columns",
     "unclassified_tables",
     "values_left",
 ]
@@ -576,12 +577,12 @@ def _scrub_audit(con: duckdb.DuckDBPyConnection, needles: list[str], tenant_id: 
     return changed
 
 
-def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], bool, bool]]:
-    """Every base table: (name, its VARCHAR/JSON columns, has tenant_id, has candidate_id)."""
-    return con.execute(
-        """SELECT c.table_name, list(c.column_name ORDER BY c.ordinal_position)
-        FILTER (WHERE c.data_type IN ('VARCHAR', 'JSON')),
-        bool_or(c.column_name = 'tenant_id'), bool_or(c.column_name = 'candidate_id')
+def table_columns(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every base table of the database, with its (column, type) pairs in order: what the
+    deletion's scans (and the eval's) read every text column of, whatever a migration added."""
+    rows = con.execute(
+        """SELECT c.table_name,
+        list({'name': c.column_name, 'type': c.data_type} ORDER BY c.ordinal_position)
         FROM information_schema.columns c JOIN information_schema.tables t
         ON t.table_name = c.table_name AND t.table_schema = c.table_schema
         AND t.table_catalog = c.table_catalog
@@ -589,6 +590,17 @@ def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], b
         AND t.table_type = 'BASE TABLE'
         GROUP BY 1 ORDER BY 1"""
     ).fetchall()
+    return [(name, [(c["name"], c["type"]) for c in cols]) for name, cols in rows]
+
+
+def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], bool, bool]]:
+    """Every base table: (name, its VARCHAR/JSON columns, has tenant_id, has candidate_id)."""
+    out = []
+    for name, columns in table_columns(con):
+        names = [c for c, _ in columns]
+        text = [c for c, kind in columns if kind in ("VARCHAR", "JSON")]
+        out.append((name, text, "tenant_id" in names, "candidate_id" in names))
+    return out
 
 
 def literal_pattern(values: Sequence[str]) -> str:

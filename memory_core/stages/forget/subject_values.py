@@ -94,14 +94,14 @@ def identifying_values(
     return found
 
 
-def _text_columns(schema: pa.Schema) -> list[pl.Expr]:
-    """Each string or list-of-string column as one string per row."""
-    exprs = []
+def _text_columns(schema: pa.Schema) -> dict[str, pl.Expr]:
+    """Each string or list-of-string column, by name, as one string per row."""
+    exprs = {}
     for field in schema:
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-            exprs.append(pl.col(field.name).fill_null(""))
+            exprs[field.name] = pl.col(field.name).fill_null("")
         elif pa.types.is_list(field.type) and pa.types.is_string(field.type.value_type):
-            exprs.append(pl.col(field.name).list.join("\n").fill_null(""))
+            exprs[field.name] = pl.col(field.name).list.join("\n").fill_null("")
     return exprs
 
 
@@ -124,7 +124,7 @@ def _found(table: pa.Table, values: Iterable[str]) -> set[str]:
     assert isinstance(frame, pl.DataFrame)
     patterns = sorted(spelled)
     found: set[str] = set()
-    for expr in exprs:
+    for expr in exprs.values():
         column = frame.select(expr.alias("t")).get_column("t")
         hits = column.filter(column.str.contains_any(patterns))
         if hits.len():
@@ -170,13 +170,12 @@ def values_left(stores: Stores, values: list[str]) -> dict[str, int]:
         exprs = _text_columns(schema)
         if not exprs:
             continue
-        columns = [f.name for f in schema if any(f.name in e.meta.root_names() for e in exprs)]
-        frame = pl.from_arrow(stores.lance.scan(name, columns=columns))
+        frame = pl.from_arrow(stores.lance.scan(name, columns=list(exprs)))
         assert isinstance(frame, pl.DataFrame)
         if frame.height == 0:
             continue
         holding = int(
-            frame.select(pl.any_horizontal([e.str.contains_any(patterns) for e in exprs]))
+            frame.select(pl.any_horizontal([e.str.contains_any(patterns) for e in exprs.values()]))
             .to_series()
             .sum()
         )
