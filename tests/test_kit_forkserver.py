@@ -13,7 +13,7 @@ from tests.kit import forkserver
 
 CODE = (
     "import os, sys\n"
-    "print('argv', sys.argv[1:], os.getcwd(), os.environ.get('KIT_PROBE'))\n"
+    "print('argv', sys.argv[1:], os.getcwd(), os.environ.get('PYTEST_KIT_PROBE'))\n"
     "print('in', sys.stdin.read())\n"
     "print('ünïcode on stderr', file=sys.stderr)\n"
     "import atexit\n"
@@ -29,7 +29,7 @@ def _both(args: list[str], **kwargs: object) -> tuple[object, object]:
 
 
 def test_a_forked_command_line_is_the_real_one(tmp_path: Path) -> None:
-    env = {**os.environ, "KIT_PROBE": "seen"}
+    env = {**os.environ, "PYTEST_KIT_PROBE": "seen"}
     real, forked = _both(
         [sys.executable, "-c", CODE, "3", "x y"],
         env=env, cwd=tmp_path, input="stdin text", capture_output=True, text=True, timeout=120,
@@ -71,7 +71,7 @@ def test_prefect_is_preloaded_only_for_an_environment_memctl_would_not_change() 
 
 
 def test_a_launched_command_is_forked_and_gives_what_the_real_one_gives(tmp_path: Path) -> None:
-    env = {**os.environ, "KIT_PROBE": "seen"}
+    env = {**os.environ, "PYTEST_KIT_PROBE": "seen"}
     args = [sys.executable, "-c", CODE, "3", "x y"]
     real = subprocess.run(args, env=env, cwd=tmp_path, input="stdin text", capture_output=True,
                           text=True, timeout=120)  # fmt: skip
@@ -95,17 +95,21 @@ def test_a_launched_command_is_forked_and_gives_what_the_real_one_gives(tmp_path
 
 
 def test_a_stopped_or_dead_server_leaves_no_directory() -> None:
-    env = {**os.environ, "KIT_PROBE": "dir-check"}  # its own server, not another test's
-    server = forkserver._server(env, False)
+    # its own server (not another test's: it is killed), which preloads nothing
+    env = {**os.environ, "KIT_PROBE": "dir-check"}
+    server = forkserver._server(env, False, preload=())
     first = Path(server.dir)
     assert (first / "s").is_socket()
     server.proc.kill()  # died under the kit: the next request replaces it
     server.proc.wait(timeout=30)
-    replaced = forkserver._server(env, False)
+    replaced = forkserver._server(env, False, preload=())
     assert replaced is not server and replaced.alive()
     assert not first.exists()
     second = Path(replaced.dir)
-    assert forkserver.run([sys.executable, "-c", "pass"], env=env).returncode == 0
+    servers = set(forkserver._servers.values())
+    done = forkserver.run([sys.executable, "-c", "pass"], env=env, preload=())
+    assert done.returncode == 0
+    assert set(forkserver._servers.values()) == servers  # the replacement served it
     replaced.stop()
     assert not second.exists()
     # out of the kit's cache too: a stopped entry would hold one of its MAX_SERVERS slots and

@@ -369,8 +369,13 @@ _servers: dict[tuple[Any, ...], _Server] = {}
 _lock = threading.Lock()
 
 
-def _server(env: Mapping[str, str], preload_prefect: bool) -> _Server:
-    modules = PRELOAD
+def _server(
+    env: Mapping[str, str], preload_prefect: bool, preload: Sequence[str] | None = None
+) -> _Server:
+    """The server for this environment, started if none is running (``preload``: other
+    modules than ``PRELOAD``, for the kit's own tests of a server's life, which fork nothing
+    that needs them and would otherwise pay ~3 CPU s a server for imports they never use)."""
+    modules = PRELOAD if preload is None else tuple(preload)
     if preload_prefect:
         missing = [k for k in PREFECT_ENV_SET_BY_MEMCTL if k not in env]
         if missing or env.get("MEMCTL_LOG_FORMAT", "text") != "text":
@@ -476,11 +481,13 @@ def run(
     timeout: float | None = None,
     check: bool = False,
     preload_prefect: bool = False,
+    preload: Sequence[str] | None = None,
 ) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run`` for a Python command line, forked from a preloaded server.
 
     ``preload_prefect``: the command imports Prefect anyway and ``env`` sets what memctl would
-    set before importing it (``PREFECT_ENV_SET_BY_MEMCTL``): fork from a server that has."""
+    set before importing it (``PREFECT_ENV_SET_BY_MEMCTL``): fork from a server that has.
+    ``preload``: see ``_server`` (the kit's own tests)."""
     from tests.kit import duckdb_instances
 
     duckdb_instances.release()  # the child may open a DuckDB file this process kept open
@@ -513,7 +520,7 @@ def run(
             else:
                 err_fd, err_file = _child_fd(stderr, 2, stack)
             fds.append(err_fd)
-            conn, pid = _server(child_env, preload_prefect).spawn(request, fds)
+            conn, pid = _server(child_env, preload_prefect, preload).spawn(request, fds)
         except Refused:
             return subprocess.run(argv, **real)
         finally:
