@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -49,6 +50,22 @@ def pytest_collection_modifyitems(
     assign_groups(items)
     yield
     name_units_in_node_ids(config, items)
+
+
+# Garbage collection in a test process: what collection imported (Prefect, lancedb's generated
+# models, pydantic schemas, the test modules) lives until the process ends, yet every full
+# collection walked it again, and the tests' own cycles are few. Frozen once collected and full
+# collections 10x rarer: ~3.5 -> ~1.2 CPU s of collections per worker over tests/stages,
+# tests/stores and tests/read (BENCHMARKS.md, s41). Reference counting still frees the rest at
+# once; only cyclic garbage waits longer.
+GC_THRESHOLDS = (700, 10, 100)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -124,6 +124,11 @@ for name in modules:
         importlib.import_module(name)
     except ImportError:
         pass
+# what the children inherit is never garbage: out of their collections' way (and their pages
+# not written by them), as Python's docs advise for a process that forks without exec
+import gc
+gc.collect()
+gc.freeze()
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(path)
 listener.listen(64)
