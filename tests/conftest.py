@@ -54,8 +54,7 @@ def pytest_collection_modifyitems(
 
 # Garbage collection in a test process: what collection imported (Prefect, lancedb's generated
 # models, pydantic schemas, the test modules) lives until the process ends, yet every full
-# collection walked it again, and the tests' own cycles are few. Frozen once collected and full
-# collections 10x rarer: ~3.5 -> ~1.2 CPU s of collections per worker over tests/stages,
+# collection walked it again. Frozen once collected and full collections 10x rarer: ~3.5 -> ~1.2 CPU s of collections per worker over tests/stages,
 # tests/stores and tests/read (BENCHMARKS.md, s41). Reference counting still frees the rest at
 # once; only cyclic garbage waits longer.
 GC_THRESHOLDS = (700, 10, 100)

@@ -159,8 +159,7 @@ holds the new object. *as-of correctness*: `facts --as-of T` answers the object 
 revoked; *deletion residue*: rows of the forgotten subject, or cells holding its episode ids, \
 its texts or the identifying values of its tool calls and conditions that no one else gave \
 (ids such as a reservation or device: 6+ characters with a letter and a digit; e-mail \
-addresses), in any Lance \
-version or DuckDB table after `forget --subject`.
+addresses), in any Lance version or DuckDB table after `forget --subject`.
 - *ablation arms*: the agent may read nothing, episodes (and digests), + facts, + procedures; \
 each class recalled with the same call, merged by score into the same budget."""
 

@@ -112,7 +112,7 @@ MAX_SERVERS = 3  # per test process (each holds ~150-250 MB, mostly shared with 
 # The server: accept a request (argv, env, cwd, three fds), fork, answer the child's pid,
 # then its wait status when it ends. Runs as `python -c SERVER <socket path> <modules>`.
 SERVER = r"""
-import importlib, json, os, select, signal, socket, sys, traceback, warnings
+import gc, importlib, json, os, select, signal, socket, sys, traceback, warnings
 path, modules = sys.argv[1], [m for m in sys.argv[2].split(",") if m]
 parent = os.getppid()
 # lance warns before every fork and lancedb in every forked child (its runtime is rebuilt
@@ -126,7 +126,6 @@ for name in modules:
         pass
 # what the children inherit is never garbage: out of their collections' way (and their pages
 # not written by them), as Python's docs advise for a process that forks without exec
-import gc
 gc.collect()
 gc.freeze()
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -113,7 +113,7 @@ def test_a_candidate_body_keeping_such_a_value_is_residue_and_a_clean_home_verif
 
 def test_batched_scan_reads_the_rows_a_whole_scan_reads(mem, kit) -> None:
     mem.ingest(_episodes(kit))
-    where = "subject_id = 'ana' IS NOT TRUE"
+    where = "(subject_id = 'ana') IS NOT TRUE"
     whole = mem.stores.lance.scan("episodes", columns=["episode_id"], where=where)
     batches = list(
         mem.stores.lance.scan_batches("episodes", columns=["episode_id"], where=where, batch_rows=1)
