@@ -12,17 +12,20 @@ A record id matches anywhere (Arrow and index pages store strings back to back, 
 separator to stand alone by), except inside a kept id that contains it: deleting episode
 ``conv-43:D2:1`` leaves the other speaker's ``conv-43:D2:10`` rightly stored.
 Compressed pages (Lance, DuckDB) are covered by the row-level checks, not by this scan.
+
+Files are read in chunks, never memory-mapped: a file under the home may shrink while it is
+scanned (SQLite truncates its write-ahead log at a checkpoint, DuckDB its own), and touching a
+mapped page past the new end kills the process with SIGBUS, mid-deletion.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 __all__ = [
     "Needles",
@@ -40,6 +43,11 @@ _NOT_ID_AFTER = rb"(?![" + _ID_BYTES + rb"])"
 _MIN_TEXT = 16  # shorter statements ("ok", "thanks") say nothing about anyone
 _MIN_FREE_NAME = 6  # bytes: a shorter name is searched JSON-quoted only
 _MIN_ID = 12  # bytes: shorter ids are checked row by row, not in raw bytes
+_CHUNK_BYTES = 8 << 20  # read at a time by the home scan
+# bytes of context kept on each side of a chunk beyond the longest needle and kept id: a
+# quoted short name may be followed by escape backslashes (``\\"u1\\"``), and the pattern
+# must see them
+_CONTEXT_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -151,19 +159,28 @@ def home_files(home: Path) -> Iterator[Path]:
 _Probe = tuple[bytes, re.Pattern[bytes], int]
 
 
-def _holds_name(data: bytes | mmap.mmap, probes: list[_Probe]) -> bool:
-    """Whether a name pattern matches in ``data``: the same answer as ``pattern.search``.
+def _holds_name(
+    data: bytes | bytearray,
+    probes: list[_Probe],
+    lo: int = 0,
+    hi: int | None = None,
+    end: int | None = None,
+) -> bool:
+    """Whether a name pattern matches in ``data[:end]`` with its literal starting in
+    ``[lo, hi)`` (all of ``data`` by default): the same answer as ``pattern.search``.
 
     Why: a pattern that opens with a lookbehind defeats ``re``'s literal-prefix search and
     crawled at ~17 MB/s over Lance data files (the byte scan cost more than the deletion it
     verifies); ``find`` locates the literal at memory speed and the pattern is tried only where
     a match could start (at the literal, or at the quote right before it)."""
+    end = len(data) if end is None else end
     for raw, pattern, back in probes:
-        pos = data.find(raw)
+        stop = end if hi is None else min(end, hi + len(raw) - 1)
+        pos = data.find(raw, lo, stop)
         while pos >= 0:
-            if pos >= back and pattern.match(data, pos - back):
+            if pos >= back and pattern.match(data, pos - back, end):
                 return True
-            pos = data.find(raw, pos + 1)
+            pos = data.find(raw, pos + 1, stop)
     return False
 
 
@@ -188,32 +205,81 @@ def shadows_of(needles: Needles, kept: Iterable[str]) -> Shadows:
     return out
 
 
-def _holds_plain(data: bytes | mmap.mmap, needle: bytes, shadows: Shadows) -> bool:
-    """Whether ``needle`` occurs in ``data`` other than inside a kept id that contains it."""
+def _holds_plain(
+    data: bytes | bytearray,
+    needle: bytes,
+    shadows: Shadows,
+    lo: int = 0,
+    hi: int | None = None,
+    end: int | None = None,
+) -> bool:
+    """Whether ``needle`` occurs in ``data[:end]``, starting in ``[lo, hi)`` (everywhere by
+    default), other than inside a kept id that contains it."""
+    end = len(data) if end is None else end
     cover = shadows.get(needle)
-    pos = data.find(needle)
+    stop = end if hi is None else min(end, hi + len(needle) - 1)
+    pos = data.find(needle, lo, stop)
     while pos >= 0:
         if not cover or not any(
-            pos >= at and data[pos - at : pos - at + len(raw)] == raw for raw, at in cover
+            pos >= at and pos - at + len(raw) <= end and data[pos - at : pos - at + len(raw)] == raw
+            for raw, at in cover
         ):
             return True
-        pos = data.find(needle, pos + 1)
+        pos = data.find(needle, pos + 1, stop)
     return False
 
 
+def _windows(fh: BinaryIO, margin: int, chunk: int) -> Iterator[tuple[bytearray, int, int, int]]:
+    """The file as (buffer, lo, hi, end): every offset falls in exactly one ``[lo, hi)``, and
+    ``buffer[:end]`` holds ``margin`` bytes on both sides of it (less only at the file's
+    ends), so a match is judged once, where it starts, with all the context it needs. One
+    buffer is reused (read into, its tail moved to the front): no copy per chunk. A file that
+    shrinks meanwhile just ends sooner."""
+    buf = bytearray(chunk + 2 * margin)
+    view = memoryview(buf)
+    end, lo = 0, 0
+    while True:
+        got = fh.readinto(view[end:])
+        end += got
+        hi = end if not got else max(lo, end - margin)
+        if hi > lo:
+            yield buf, lo, hi, end
+        if not got:
+            return
+        keep = max(0, hi - margin)  # what stays: the context before the next window
+        tail = bytes(view[keep:end])  # a copy: the move may overlap itself
+        buf[: len(tail)] = tail
+        end, lo = len(tail), hi - keep
+
+
+def _margin(probes: list[_Probe], plain: list[bytes], shadows: Shadows, context: int) -> int:
+    """Context a window needs: the longest literal and kept id, and the pattern's slack."""
+    longest = [len(raw) for raw, _, _ in probes] + [len(x) for x in plain]
+    longest += [len(raw) for cover in shadows.values() for raw, _ in cover]
+    return max(longest, default=0) + context
+
+
 def _file_holds(
-    path: Path, probes: list[_Probe], plain: list[bytes], shadows: Shadows | None = None
+    path: Path,
+    probes: list[_Probe],
+    plain: list[bytes],
+    shadows: Shadows | None = None,
+    *,
+    chunk: int = _CHUNK_BYTES,
+    context: int = _CONTEXT_BYTES,
 ) -> bool:
+    shadows = shadows or {}
+    margin = _margin(probes, plain, shadows, context)
     try:
-        with path.open("rb") as fh:
-            if path.stat().st_size == 0:
-                return False
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return _holds_name(data, probes) or any(
-                    _holds_plain(data, x, shadows or {}) for x in plain
-                )
-    except (FileNotFoundError, ValueError):  # gone meanwhile, or emptied
+        with path.open("rb", buffering=0) as fh:  # reads of a chunk: no buffer between
+            for data, lo, hi, end in _windows(fh, margin, chunk):
+                if _holds_name(data, probes, lo, hi, end) or any(
+                    _holds_plain(data, x, shadows, lo, hi, end) for x in plain
+                ):
+                    return True
+    except FileNotFoundError:  # gone meanwhile
         return False
+    return False
 
 
 def scan_home(

@@ -8,6 +8,7 @@ own (which must turn ``verified`` false rather than be ignored).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,10 @@ from memory_core.stages.forget import forget_subject
 from memory_core.stages.mine import mine_partition
 from memory_core.stores.residue import (
     Needles,
+    _file_holds,
     _holds_name,
     _holds_plain,
+    _windows,
     scan_home,
     shadows_of,
 )
@@ -244,6 +247,92 @@ def test_kept_ids_excuse_only_their_own_bytes(suffixes, prefixes, order, planted
     shadows = shadows_of(needles, kept)
     assert any(_holds_plain(data, x, shadows) for x in needles._plain()) is planted
     assert any(forgotten.encode() in k.encode() for k in kept)  # so a plain find would flag it
+
+
+_PIECES = ["u1", "ann.lee", "sess-7:turn-1", "sess-7:turn-10", '"', "\\", "a", ".", "\x00", "-"]
+
+
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_PIECES), max_size=40),
+    name=st.sampled_from(["u1", "ann.lee"]),
+    kept=st.booleans(),
+    chunk=st.integers(min_value=1, max_value=40),
+)
+def test_a_file_read_in_chunks_answers_as_the_whole_file(tmp_path_factory, parts, name, kept,
+                                                         chunk):  # fmt: skip
+    """The scan reads a file in chunks with context around each: whatever the chunk size,
+    wherever a name, an id or the kept id excusing it falls across a boundary, the answer is
+    the one over the whole file at once."""
+    data = "".join(parts).encode()
+    path = tmp_path_factory.mktemp("chunks") / "page.bin"
+    path.write_bytes(data)
+    needles = Needles.of([name], ["sess-7:turn-1"])
+    probes, plain = needles._name_probes(), needles._plain()
+    shadows = shadows_of(needles, ["sess-7:turn-10"]) if kept else {}
+    whole = _holds_name(data, probes) or any(_holds_plain(data, x, shadows) for x in plain)
+    # the context the product keeps (4 KB) covers a quoted name's escape backslashes; here,
+    # as little as this file needs, so that a short file spans several windows
+    run = max((len(r) for r in re.findall(rb"\\+", data)), default=0)
+    assert _file_holds(path, probes, plain, shadows, chunk=chunk, context=run + 1) is whole
+
+
+@pytest.mark.parametrize(
+    ("core", "kept", "expected"),
+    [
+        (b"xann.lee.", (), False),  # inside a longer id: not the name
+        (b"\x00ann.lee\x00", (), True),
+        (b'"u1\\\\"', (), True),  # quoted, escaped
+        (b"sess-7:turn-10sess-7:turn-10", ("sess-7:turn-10",), False),  # the kept id's
+        (b"sess-7:turn-10sess-7:turn-1", ("sess-7:turn-10",), True),
+        (b"\x00ann.lee", (), True),  # the last bytes: nothing after the name
+        (b"sess-7:turn-10" * 3 + b"sess-7:turn-1", ("sess-7:turn-10",), True),
+    ],
+)
+def test_every_chunk_boundary_keeps_the_answer(tmp_path, core, kept, expected):
+    """Each crafted page at every offset and chunk size: a boundary before, inside or after
+    the name, the id or the kept id around it changes nothing."""
+    needles = Needles.of(["ann.lee", "u1"], ["sess-7:turn-1"])
+    probes, plain = needles._name_probes(), needles._plain()
+    shadows = shadows_of(needles, kept)
+    path = tmp_path / "page.bin"
+    pages = [b"\x00" * pad + core + b"\x00" * (48 - pad) for pad in range(48)]
+    pages += [b"zz.zz" * 9 + b"\x00" + core]  # at the very end, after id bytes
+    for page in pages:
+        path.write_bytes(page)
+        for chunk in range(1, 24):
+            found = _file_holds(path, probes, plain, shadows, chunk=chunk, context=2)
+            assert found is expected, (page, chunk)
+
+
+def test_bytes_past_the_end_of_a_window_are_not_read():
+    """The reused buffer holds an older chunk's bytes past ``end``: they neither complete a
+    kept id around the needle nor stand after a name."""
+    needles = Needles.of(["ann.lee"], ["sess-7:turn-1"])
+    shadows = shadows_of(needles, ["sess-7:turn-10"])
+    page = b"sess-7:turn-10"
+    assert not _holds_plain(page, b"sess-7:turn-1", shadows)
+    assert _holds_plain(page, b"sess-7:turn-1", shadows, end=len(page) - 1)
+    assert not _holds_name(b"\x00ann.leex", needles._name_probes())
+    assert _holds_name(b"\x00ann.leex", needles._name_probes(), end=8)
+
+
+def test_a_file_that_shrinks_while_it_is_scanned_ends_the_scan(tmp_path):
+    """A write-ahead log truncated at a checkpoint while the scan reads it: the scan sees a
+    shorter file and goes on (a memory-mapped read of the lost pages killed the process)."""
+    path = tmp_path / "db.wal"
+    path.write_bytes(b"x" * 64 + b"\x00ann.lee\x00" + b"y" * 64)
+    seen = []
+    with path.open("rb", buffering=0) as fh:
+        for data, lo, hi, _ in _windows(fh, margin=8, chunk=16):
+            seen.append(bytes(data[lo:hi]))
+            if len(seen) == 1:
+                with path.open("r+b") as other:
+                    other.truncate(20)
+    assert b"".join(seen) == b"x" * 32  # what was read before the cut, each byte once
+    assert scan_home(tmp_path, Needles.of(["ann.lee"])) == []
+    path.write_bytes(b"x" * 64 + b"\x00ann.lee\x00" + b"y" * 64)
+    assert scan_home(tmp_path, Needles.of(["ann.lee"])) == ["db.wal"]
 
 
 def test_forgetting_a_subject_whose_ids_prefix_anothers_is_verified(stores, settings, ingest):
