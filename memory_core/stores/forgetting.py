@@ -59,6 +59,7 @@ __all__ = [
     "fold_access_rows",
     "folded_files",
     "get_request",
+    "keep_needles",
     "literal_pattern",
     "pending_requests",
     "purge_record_rows",
@@ -120,6 +121,12 @@ SUBJECT_TABLES: dict[str, TableRule] = {
     "access_stats": TableRule("delete", ("subject_id", "record_id"), "reads of its records"),
     "audit_log": TableRule("scrub", ("target", "detail"), "ids replaced by [forgotten]"),
     "deletion_requests": TableRule("hash", ("target",), "target replaced by its hash when done"),
+    "deletion_needles": TableRule(
+        "delete",
+        ("value",),
+        "a deletion's own texts, text hashes and values, kept for a rerun after a crash; "
+        "deleted with its receipt (never searched as residue while it runs)",
+    ),
     "source_revisions": TableRule("none", (), "corpus document ids and revisions, no user text"),
     "contest_evidence": TableRule(
         "delete", ("record_id", "episode_id"), "the subject's contradicting statements"
@@ -232,11 +239,43 @@ def finish_request(
     """Close a request (inside the caller's transaction); ``target`` replaces the clear one."""
     closed = MetaStatuses(con, {request_id: status}, table="deletion_requests")
     write_status(None, closed, at=done_at)
+    con.execute("DELETE FROM deletion_needles WHERE request_id = ?", [request_id])
     con.execute(
         "UPDATE deletion_requests SET done_at = ?, receipt_id = ?, "
         "target = coalesce(?, target) WHERE request_id = ?",
         [done_at, receipt_id, target, request_id],
     )
+
+
+NEEDLE_KINDS = ("text", "hash", "value")
+
+
+def keep_needles(
+    meta: MetaStore, request_id: str, found: dict[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """What the deletion ``request_id`` must look for, by kind (``NEEDLE_KINDS``): ``found``
+    now plus what an earlier, interrupted run of it kept, stored (committed) before the run
+    deletes anything. Why: once a run has deleted the target's rows, a rerun reads no texts
+    and no values from them, and its receipt would check fewer needles than the first run
+    found while saying nothing about it. ``finish_request`` deletes them with the receipt."""
+    with meta.transaction() as con:
+        rows = con.execute(
+            "SELECT kind, value FROM deletion_needles WHERE request_id = ?", [request_id]
+        ).fetchall()
+        kept: dict[str, set[str]] = {kind: set() for kind in NEEDLE_KINDS}
+        for kind, value in rows:
+            kept.setdefault(kind, set()).add(value)
+        new = [
+            (request_id, kind, value)
+            for kind in NEEDLE_KINDS
+            for value in sorted(set(found.get(kind, ())) - kept[kind])
+            if value
+        ]
+        if new:
+            con.executemany("INSERT INTO deletion_needles VALUES (?, ?, ?)", new)
+        for _, kind, value in new:
+            kept[kind].add(value)
+    return {kind: sorted(values) for kind, values in kept.items()}
 
 
 def ended_purposes(meta: MetaStore) -> list[tuple[str, str | None]]:
@@ -597,6 +636,8 @@ def _text_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, list[str], b
     """Every base table: (name, its VARCHAR/JSON columns, has tenant_id, has candidate_id)."""
     out = []
     for name, columns in table_columns(con):
+        if name == "deletion_needles":  # what a running deletion looks for, not residue
+            continue
         names = [c for c, _ in columns]
         text = [c for c, kind in columns if kind in ("VARCHAR", "JSON")]
         out.append((name, text, "tenant_id" in names, "candidate_id" in names))

@@ -235,4 +235,15 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "ALTER TABLE candidates ADD COLUMN score_basis VARCHAR",
         ],
     ),
+    (
+        12,
+        [
+            # What a user deletion looks for besides the target's name and ids (its verbatim
+            # texts, their hashes, the identifying values only it gave), kept from before the
+            # first destructive step until the receipt: a rerun after a crash no longer finds
+            # them in the deleted rows, and must still check them.
+            """CREATE TABLE deletion_needles (
+                request_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, value VARCHAR NOT NULL)""",
+        ],
+    ),
 ]

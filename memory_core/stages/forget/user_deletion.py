@@ -259,6 +259,11 @@ def _forget_rows(
     with stores.meta.connect() as con:
         unclassified = fstore.unclassified_tables(con)
     ids_by_table, hashes, texts, values = _collect(stores, target)
+    if request_id is not None:  # a rerun after a crash checks what the first run found
+        kept = fstore.keep_needles(
+            stores.meta, request_id, {"text": texts, "hash": hashes, "value": values}
+        )
+        texts, hashes, values = kept["text"], kept["hash"], kept["value"]
     record_ids = sorted({i for ids in ids_by_table.values() for i in ids})
     if target.subject_id is not None:  # sources no longer in Lance (compacted) still count
         record_ids = sorted(
@@ -317,6 +322,7 @@ def _forget_rows(
         verification["verified"] = False
     # the values only the target gave (never listed in the receipt: they are its data)
     verification["values_checked"] = len(values)
+    verification["texts_checked"] = len(set(texts))
     for where, count in values_left(stores, values).items():
         verification["residue"][f"{where}.values"] = count
         verification["verified"] = False

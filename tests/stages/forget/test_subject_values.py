@@ -8,12 +8,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from forget_rows import add_procedure, prov
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from memory_core.context import RunContext
-from memory_core.stages.forget import forget_subject
+from memory_core.stages.forget import forget_subject, user_deletion
 from memory_core.stages.forget.subject_values import identifying_values, only_theirs
 
 
@@ -181,3 +182,39 @@ def test_a_long_value_in_any_file_under_the_home_is_found_by_the_byte_scan(mem, 
     assert verification["values_checked"] == 3
     assert not verification["verified"]
     assert verification["residue"] == {"home_files": ["export.txt"]}
+
+
+def test_a_rerun_after_the_rows_were_deleted_still_checks_what_the_first_run_found(
+    mem, kit, monkeypatch
+) -> None:
+    """A deletion interrupted after its Lance deletes (here by an error in the version purge
+    that follows them) leaves its request pending; its rerun reads none of ana's episodes any
+    more, and still checks her values and texts, which the first run kept before deleting:
+    the procedure quoting her device is residue. Once the receipt is stored, none is kept."""
+    mem.ingest(_episodes(kit))
+    bens = prov(mem.stores, ["ben1", "ben3"])
+    add_procedure(mem.stores, "p-ana", sources=bens, name="fix on DEV-ANA-7")
+
+    def power_cut(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("power cut")
+
+    monkeypatch.setattr(user_deletion, "purge_versions", power_cut)
+    with pytest.raises(RuntimeError, match="power cut"):
+        forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), "ana")
+    monkeypatch.undo()
+    assert mem.stores.lance.count("episodes", "subject_id = 'ana'") == 0
+    with mem.stores.meta.connect() as con:
+        kept = dict(con.execute(
+            "SELECT kind, count(*) FROM deletion_needles GROUP BY kind").fetchall())  # fmt: skip
+    assert kept["value"] == 2 and kept["text"] >= 1
+
+    receipt = forget_subject(mem.stores, mem.settings, RunContext(now=kit.NOW), "ana")
+    verification = receipt["verification"]
+    assert verification["values_checked"] == 2 and verification["texts_checked"] >= 1
+    assert not verification["verified"]
+    assert verification["residue"] == {"lance.procedures.values": 1}
+    with mem.stores.meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM deletion_needles").fetchone() == (0,)
+        (status,) = con.execute("SELECT status FROM deletion_requests").fetchone()
+    assert status == "unverified"
+    assert "DEV-ANA-7" not in json.dumps(receipt)
