@@ -14,8 +14,10 @@ split at the boundary the stages draw (``cluster.stage.read_cluster_state`` /
   returns the rows to write (no DuckDB in workers: a process holding the file locks every
   other process out of it);
 * the caller writes each partition as ``consolidate_partition`` does, in plan order, under
-  the stage ledger in one transaction, so a crash or a retry converges exactly as on the
-  threads path (the compute writes nothing anywhere).
+  the stage ledger, so a crash or a retry converges exactly as on the threads path (the
+  compute writes nothing anywhere). Several partitions share one transaction
+  (``PARTITIONS_PER_COMMIT``): the writer is this path's critical path, and a commit per
+  partition was ~10% of its time at 1M episodes; a crash then redoes at most that group.
 
 A few partitions are read ahead of the one being written (``_AHEAD`` beyond the workers), so
 the workers keep computing while the caller writes. Workers are started with "spawn" (never
@@ -84,6 +86,10 @@ _SPAWN_ENVIRONMENT = threading.Lock()
 # this bounds it (peak 578 MB, ~3 checkpoints a 1M night; BENCHMARKS.md s34), against the
 # session default's 1 GB that keeps checkpoints out of small sessions' commits.
 WRITER_CHECKPOINT = "128MB"
+
+# Partitions whose writes share one transaction (each with its ledger entry, all or nothing).
+# A 1% night at 1M committed 100 times, ~1 s of the one writer's ~12 (BENCHMARKS.md s42).
+PARTITIONS_PER_COMMIT = 10
 
 
 @dataclass
@@ -215,10 +221,11 @@ def consolidate_in_processes(
     *,
     recluster: bool,
     workers: int,
+    per_commit: int = PARTITIONS_PER_COMMIT,
 ) -> list[dict[str, Any]]:
     """``consolidate_partition`` for every unit, in order, with the compute in ``workers``
-    processes; the results in ``units``' order (the same results, and the same stored rows,
-    as the threads path)."""
+    processes and ``per_commit`` partitions' writes in each transaction; the results in
+    ``units``' order (the same results, and the same stored rows, as the threads path)."""
     results: list[dict[str, Any] | None] = [None] * len(units)
     todo = iter(enumerate(units))
     window: deque[tuple[int, LedgeredWork, Future[_Computed]]] = deque()
@@ -257,10 +264,14 @@ def consolidate_in_processes(
         with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
             refill()
             while window:
-                index, unit, future = window.popleft()
-                computed = future.result()
-                refill()  # the next partitions go out before this one's writes
-                results[index] = _write(stores, settings, ctx, unit, computed)
+                with stores.meta.atomic():  # nested: each partition's joins this one
+                    for _ in range(max(1, per_commit)):
+                        if not window:
+                            break
+                        index, unit, future = window.popleft()
+                        computed = future.result()
+                        refill()  # the next partitions go out before this one's writes
+                        results[index] = _write(stores, settings, ctx, unit, computed)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
