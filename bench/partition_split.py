@@ -167,8 +167,8 @@ def main() -> None:
                 state = pool.read_partition_state(stores, unit.partition)
             with step("compute"):
                 computed = pool._compute(ctx, unit.partition, state, recluster=False)
-            with step("write"):
-                pool._write(stores, settings, ctx, unit, computed)
+            with step("write"), stores.meta.atomic():  # a commit group of one partition
+                pool._write_group(stores, settings, ctx, [(unit, computed)])
     night = "first" if args.first else "1%"
     print(f"{night} night, {len(plan)} partitions, serial:",
           ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))  # fmt: skip

@@ -56,11 +56,13 @@ from memory_core.stages.mine.stage import (
     MinedPartition,
     MineState,
     compute_mining,
+    finish_mining,
     read_mine_state,
-    write_mining,
+    stage_mining,
 )
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
+from memory_core.stores.candidates import upsert_candidate_groups
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lance_read import LanceReader
 from memory_core.stores.ledger import ledger_has
@@ -185,32 +187,56 @@ def _worker_environment() -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
-def _write(stores: Stores, settings: Settings, ctx: RunContext, unit: LedgeredWork,
-           computed: _Computed) -> dict[str, Any]:  # fmt: skip
-    """One partition's writes, in ``consolidate_partition``'s order, with its crash points."""
-    partition = unit.partition
-
-    def work() -> dict[str, Any]:
+def _write_group(stores: Stores, settings: Settings, ctx: RunContext,
+                 group: list[tuple[LedgeredWork, _Computed]]) -> list[dict[str, Any]]:  # fmt: skip
+    """A commit group's writes (inside its transaction): each partition's in
+    ``consolidate_partition``'s order and under its ledger entry, with its crash points,
+    except that the group's candidates are upserted in one call
+    (``candidates.upsert_candidate_groups``) between the partitions' reads and their
+    finishing writes. Partitions never share a candidate (ids name tenant and namespace), so
+    the stored rows are the per-partition calls' (tests/stages/test_consolidate_pool.py)."""
+    staged = []
+    for unit, computed in group:
         t0 = time.perf_counter()
-        clustered = write_clusters(stores, ctx, partition, computed.cluster)
+        clustered = write_clusters(stores, ctx, unit.partition, computed.cluster)
         t1 = time.perf_counter()
         crash_point("partition.clustered")
-        mined = write_mining(stores, settings, ctx, partition, computed.mined)
-        t2 = time.perf_counter()
-        crash_point("partition.mined")
-        spent = computed.seconds
-        return {
-            "cluster": clustered.as_dict(),
-            "mine": mined.as_dict(),
-            # compute (in a worker) + write (here), per stage, as the threads path reports
-            "seconds": {
-                "cluster": round(spent["cluster"] + t1 - t0, 3),
-                "mine": round(spent["mine"] + t2 - t1, 3),
-            },
-        }
+        mining = stage_mining(stores, settings, unit.partition, computed.mined)
+        staged.append((unit, computed, clustered, mining, t1 - t0, time.perf_counter() - t1))
+    t2 = time.perf_counter()
+    upserted: dict[int, dict[str, int]] = {}
+    if not ctx.dry_run:
+        pins = {k: v for _, _, _, m, _, _ in staged for k, v in m.mined.pins.items()}
+        upserted = upsert_candidate_groups(
+            stores.meta, {i: item[3].candidates for i, item in enumerate(staged)},
+            run_id=ctx.run_id, now=ctx.now, pins=pins,
+        )  # fmt: skip
+    share = (time.perf_counter() - t2) / max(1, len(staged))
+    results = []
+    for i, (unit, computed, clustered, mining, cluster_s, staged_s) in enumerate(staged):
 
-    with stores.meta.atomic():
-        return run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)
+        def work(i=i, unit=unit, computed=computed, clustered=clustered, mining=mining,
+                 cluster_s=cluster_s, staged_s=staged_s) -> dict[str, Any]:  # fmt: skip
+            if not ctx.dry_run:
+                crash_point("mine.upserted")
+            t3 = time.perf_counter()
+            mined = finish_mining(stores, ctx, unit.partition, mining, upserted.get(i))
+            finished_s = time.perf_counter() - t3
+            crash_point("partition.mined")
+            spent = computed.seconds
+            return {
+                "cluster": clustered.as_dict(),
+                "mine": mined.as_dict(),
+                # compute (in a worker) + write (here), per stage, as the threads path
+                # reports; the group's upsert shared evenly
+                "seconds": {
+                    "cluster": round(spent["cluster"] + cluster_s, 3),
+                    "mine": round(spent["mine"] + staged_s + share + finished_s, 3),
+                },
+            }
+
+        results.append(run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now))
+    return results
 
 
 def consolidate_in_processes(
@@ -264,14 +290,16 @@ def consolidate_in_processes(
         with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
             refill()
             while window:
-                with stores.meta.atomic():  # nested: each partition's joins this one
-                    for _ in range(max(1, per_commit)):
-                        if not window:
-                            break
-                        index, unit, future = window.popleft()
-                        computed = future.result()
-                        refill()  # the next partitions go out before this one's writes
-                        results[index] = _write(stores, settings, ctx, unit, computed)
+                group: list[tuple[int, LedgeredWork, _Computed]] = []
+                while window and len(group) < max(1, per_commit):
+                    index, unit, future = window.popleft()
+                    group.append((index, unit, future.result()))
+                    refill()  # the next partitions go out before this group's writes
+                with stores.meta.atomic():  # one commit; each partition's ledger entry in it
+                    written = _write_group(stores, settings, ctx,
+                                           [(unit, done) for _, unit, done in group])  # fmt: skip
+                for (index, _, _), result in zip(group, written, strict=True):
+                    results[index] = result
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise

@@ -85,10 +85,13 @@ __all__ = [
     "MineState",
     "MinedPartition",
     "MiningResult",
+    "StagedMining",
     "compute_mining",
+    "finish_mining",
     "mine_partition",
     "procedural_candidate_id",
     "read_mine_state",
+    "stage_mining",
     "write_mining",
 ]
 
@@ -781,13 +784,24 @@ def compute_mining(
     )
 
 
-def write_mining(
-    stores: Stores, settings: Settings, ctx: RunContext, partition: Partition,
-    mined: MinedPartition,
-) -> MiningResult:  # fmt: skip
-    """Store what ``compute_mining`` found (DuckDB reads and writes): twins kept in step with
-    the store, stale pending candidates retired, candidates upserted, unit state saved,
-    blocked claims audited; the result."""
+@dataclass
+class StagedMining:
+    """A partition's mining after its DuckDB reads and before its candidates' upsert: what
+    ``write_mining`` upserts (``candidates``) and what it finishes with. Why apart: the
+    process pool's one writer upserts a whole commit group's candidates in one call
+    (``stages/consolidate_pool.py``)."""
+
+    result: MiningResult
+    candidates: list[Candidate]
+    done_units: dict[str, dict[str, Any]]
+    mined: MinedPartition
+
+
+def stage_mining(
+    stores: Stores, settings: Settings, partition: Partition, mined: MinedPartition
+) -> StagedMining:
+    """``write_mining`` up to the upsert: twins kept in step with the store, stale pending
+    candidates retired, the counts."""
     result, units, kept = mined.result, mined.units, mined.kept
     _keep_twins(stores, units)
     procedural = [c for unit in units.values() for c in unit.procedural]
@@ -805,15 +819,22 @@ def write_mining(
     result.preferences = len(mined.claims)
     stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version)
     result.stale = len(stale)
-    if not ctx.dry_run:
-        result.upserted = upsert_candidates(
-            stores.meta, [*candidates, *stale], run_id=ctx.run_id, now=ctx.now,
-            pins=mined.pins,
-        )  # fmt: skip
-        crash_point("mine.upserted")
+    return StagedMining(result, [*candidates, *stale], done_units, mined)
+
+
+def finish_mining(
+    stores: Stores, ctx: RunContext, partition: Partition, staged: StagedMining,
+    upserted: dict[str, int] | None,
+) -> MiningResult:  # fmt: skip
+    """``write_mining`` after the upsert (``upserted``: its counts; None on a dry run): unit
+    state saved, blocked claims audited; the result."""
+    result, mined = staged.result, staged.mined
+    if upserted is not None:
+        result.upserted = upserted
+        done_units = staged.done_units
         fingerprints = {key: (mined.fingerprints[key], done_units[key]) for key in done_units}
         save_units(stores.meta, partition.tenant_id, partition.namespace, fingerprints,
-                   keep=set(kept), run_id=ctx.run_id, now=ctx.now)  # fmt: skip
+                   keep=set(mined.kept), run_id=ctx.run_id, now=ctx.now)  # fmt: skip
         result.blocked_claims = _count_blocked(stores, ctx, partition, mined.blocked)
     logger.info(
         "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "
@@ -829,6 +850,23 @@ def write_mining(
         result.upserted,
     )
     return result
+
+
+def write_mining(
+    stores: Stores, settings: Settings, ctx: RunContext, partition: Partition,
+    mined: MinedPartition,
+) -> MiningResult:  # fmt: skip
+    """Store what ``compute_mining`` found (DuckDB reads and writes): twins kept in step with
+    the store, stale pending candidates retired, candidates upserted, unit state saved,
+    blocked claims audited; the result."""
+    staged = stage_mining(stores, settings, partition, mined)
+    upserted = None
+    if not ctx.dry_run:
+        upserted = upsert_candidates(
+            stores.meta, staged.candidates, run_id=ctx.run_id, now=ctx.now, pins=mined.pins
+        )
+        crash_point("mine.upserted")
+    return finish_mining(stores, ctx, partition, staged, upserted)
 
 
 def mine_partition(
