@@ -21,7 +21,11 @@ from memory_core.models import (
     Provenance,
 )
 from memory_core.stores import open_stores
-from memory_core.stores.candidates import upsert_candidates
+from memory_core.stores.candidates import (
+    set_candidate_status,
+    upsert_candidate_groups,
+    upsert_candidates,
+)
 from memory_core.stores.meta import MetaStore
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
@@ -193,3 +197,51 @@ def test_a_grown_candidate_keeps_its_stored_rows_and_appends_the_new_one() -> No
         assert before < after and {r[1] for r in after - before} == {"e3"}
         night(shrunk, 2)
         assert rows() == {r for r in after if r[1] != "e1"}
+
+
+def _rows(meta: MetaStore) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    with meta.connect() as con:
+        return (
+            con.execute("SELECT * FROM candidates ORDER BY candidate_id").fetchall(),
+            con.execute(
+                "SELECT * FROM candidate_evidence ORDER BY candidate_id, episode_id"
+            ).fetchall(),
+        )
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=st.lists(st.tuples(version, version, version, pin_versions), min_size=1, max_size=3),
+    decided=st.booleans(),
+)
+def test_groups_upserted_together_store_and_count_what_one_call_per_group_does(
+    history: list[tuple[list[str | None], list[str | None], list[str | None], list[str]]],
+    decided: bool,
+) -> None:
+    """The process pool's writer upserts a commit group's partitions in one call: the same
+    candidates, evidence rows and per-partition counts as one call per partition, night
+    after night (an approved candidate's decision kept either way)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        together = open_stores(load_settings(home=Path(tmp) / "a", embed={"model": "hash"})).meta
+        apart = open_stores(load_settings(home=Path(tmp) / "b", embed={"model": "hash"})).meta
+
+        def pins(variant: list[str]) -> dict[str, tuple[str | None, str | None]]:
+            return {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+
+        for night, (one, two, three, variant) in enumerate(history):
+            groups = {
+                "it": [_pinned("c1", one, night), _candidate("c2", two)],
+                "hr": [_pinned("c3", three, night)],
+                "ops": [],
+            }
+            got = upsert_candidate_groups(together, groups, run_id=f"r{night}", now=NOW,
+                                          pins=pins(variant))  # fmt: skip
+            want = {key: upsert_candidates(apart, cands, run_id=f"r{night}", now=NOW,
+                                           pins=pins(variant))
+                    for key, cands in groups.items()}  # fmt: skip
+            assert got == want
+            if decided and night == 0:
+                for meta in (together, apart):  # scored, then approved by a reviewer
+                    for status in (CandidateStatus.pending_review, CandidateStatus.approved):
+                        set_candidate_status(meta, {"c1": (status, "ok")}, now=NOW)
+            assert _rows(together) == _rows(apart)
