@@ -69,7 +69,7 @@ _STATUS_IN_DICTS = {
     "memory_core/stages/score/stage.py:_follow_twins": "twin follows its procedure",
     "memory_core/stages/review/stage.py:decide_batch": "in-memory copies of decided items",
     "memory_core/stages/score/batches.py:_check": "in-memory copy of a polled LLM batch",
-    "memory_core/stores/candidates.py:upsert_candidates": "keeps a decided status",
+    "memory_core/stores/candidates.py:upsert_candidate_groups": "keeps a decided status",
     "memory_core/stores/status_writes.py:_write_meta": "the writer",
     "memory_core/stores/status_writes.py:write_status": "the writer",
     # reports a status (JSON output, review cards, the status command)
