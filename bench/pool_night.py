@@ -46,7 +46,6 @@ _CANDS = "memory_core.stores.candidates"
 _TIMED = [
     (_POOL, "ledger_has", "writer: ledger_has"),
     (_POOL, "read_partition_state", "writer: state read"),
-    (_POOL, "_write_group", "writer: a commit group's writes"),
     (_POOL, "run_once", "writer: run_once (work + ledger)"),
     (_POOL, "write_clusters", "write: clusters + members"),
     (_POOL, "stage_mining", "write: mining before the upsert"),
@@ -226,7 +225,7 @@ def _cells(run: dict[str, Any]) -> list[tuple[str, str]]:
         ("the partitions, wall s", f"{parts:.1f}"),
         ("  the first worker's result came after, s", f"{first:.1f}"),
         ("  the writer waited for a worker after that, s", f"{max(0.0, waits - first):.1f}"),
-        ("  writer busy, all but the commits", pair(g("writer: a commit group's writes", "writer: state read", "writer: ledger_has"))),
+        ("  writer busy, all but the commits", pair(g("write: clusters + members", "write: mining before the upsert", "mining: upsert (all)", "writer: run_once (work + ledger)", "writer: state read", "writer: ledger_has"))),
         ("    partition state read (+ ledger checks)", pair(g("writer: state read", "writer: ledger_has"))),
         ("    clusters + members written", pair(g("write: clusters + members"))),
         ("    candidate upsert, all", pair(upsert)),

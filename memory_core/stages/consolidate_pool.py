@@ -187,56 +187,81 @@ def _worker_environment() -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
-def _write_group(stores: Stores, settings: Settings, ctx: RunContext,
-                 group: list[tuple[LedgeredWork, _Computed]]) -> list[dict[str, Any]]:  # fmt: skip
-    """A commit group's writes (inside its transaction): each partition's in
+class _CommitGroup:
+    """The writes of a commit group's partitions (inside its transaction): each partition's in
     ``consolidate_partition``'s order and under its ledger entry, with its crash points,
     except that the group's candidates are upserted in one call
     (``candidates.upsert_candidate_groups``) between the partitions' reads and their
     finishing writes. Partitions never share a candidate (ids name tenant and namespace), so
-    the stored rows are the per-partition calls' (tests/stages/test_consolidate_pool.py)."""
-    staged = []
-    for unit, computed in group:
+    the stored rows are the per-partition calls' (tests/stages/test_consolidate_pool.py).
+
+    A partition's clusters are written and its mining staged as soon as it is ``add``-ed, so
+    the workers keep computing the next ones meanwhile; only the upsert and the finishing
+    writes wait for the group (``flush``). Staging whole groups first made the workers idle
+    while the writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42)."""
+
+    def __init__(self, stores: Stores, settings: Settings, ctx: RunContext) -> None:
+        self.stores, self.settings, self.ctx = stores, settings, ctx
+        self.staged: list[tuple[Any, ...]] = []
+
+    def __len__(self) -> int:
+        return len(self.staged)
+
+    def add(self, key: Any, unit: LedgeredWork, computed: _Computed) -> None:
         t0 = time.perf_counter()
-        clustered = write_clusters(stores, ctx, unit.partition, computed.cluster)
+        clustered = write_clusters(self.stores, self.ctx, unit.partition, computed.cluster)
         t1 = time.perf_counter()
         crash_point("partition.clustered")
-        mining = stage_mining(stores, settings, unit.partition, computed.mined)
-        staged.append((unit, computed, clustered, mining, t1 - t0, time.perf_counter() - t1))
-    t2 = time.perf_counter()
-    upserted: dict[int, dict[str, int]] = {}
-    if not ctx.dry_run:
-        pins = {k: v for _, _, _, m, _, _ in staged for k, v in m.mined.pins.items()}
-        upserted = upsert_candidate_groups(
-            stores.meta, {i: item[3].candidates for i, item in enumerate(staged)},
-            run_id=ctx.run_id, now=ctx.now, pins=pins,
-        )  # fmt: skip
-    share = (time.perf_counter() - t2) / max(1, len(staged))
-    results = []
-    for i, (unit, computed, clustered, mining, cluster_s, staged_s) in enumerate(staged):
+        mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined)
+        self.staged.append((key, unit, computed.seconds, clustered, mining, t1 - t0,
+                            time.perf_counter() - t1))  # fmt: skip
 
-        def work(i=i, unit=unit, computed=computed, clustered=clustered, mining=mining,
-                 cluster_s=cluster_s, staged_s=staged_s) -> dict[str, Any]:  # fmt: skip
-            if not ctx.dry_run:
-                crash_point("mine.upserted")
-            t3 = time.perf_counter()
-            mined = finish_mining(stores, ctx, unit.partition, mining, upserted.get(i))
-            finished_s = time.perf_counter() - t3
-            crash_point("partition.mined")
-            spent = computed.seconds
-            return {
-                "cluster": clustered.as_dict(),
-                "mine": mined.as_dict(),
-                # compute (in a worker) + write (here), per stage, as the threads path
-                # reports; the group's upsert shared evenly
-                "seconds": {
-                    "cluster": round(spent["cluster"] + cluster_s, 3),
-                    "mine": round(spent["mine"] + staged_s + share + finished_s, 3),
-                },
-            }
+    def flush(self) -> list[tuple[Any, dict[str, Any]]]:
+        """Upsert the group's candidates, finish each partition; (key, result) in order."""
+        stores, ctx, staged = self.stores, self.ctx, self.staged
+        t2 = time.perf_counter()
+        upserted: dict[int, dict[str, int]] = {}
+        if not ctx.dry_run:
+            pins = {k: v for item in staged for k, v in item[4].mined.pins.items()}
+            upserted = upsert_candidate_groups(
+                stores.meta, {i: item[4].candidates for i, item in enumerate(staged)},
+                run_id=ctx.run_id, now=ctx.now, pins=pins,
+            )  # fmt: skip
+        share = (time.perf_counter() - t2) / max(1, len(staged))
+        out = []
+        for i, (key, unit, spent, clustered, mining, cluster_s, staged_s) in enumerate(staged):
 
-        results.append(run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now))
-    return results
+            def work(i=i, unit=unit, spent=spent, clustered=clustered, mining=mining,
+                     cluster_s=cluster_s, staged_s=staged_s) -> dict[str, Any]:  # fmt: skip
+                if not ctx.dry_run:
+                    crash_point("mine.upserted")
+                t3 = time.perf_counter()
+                mined = finish_mining(stores, ctx, unit.partition, mining, upserted.get(i))
+                finished_s = time.perf_counter() - t3
+                crash_point("partition.mined")
+                return {
+                    "cluster": clustered.as_dict(),
+                    "mine": mined.as_dict(),
+                    # compute (in a worker) + write (here), per stage, as the threads path
+                    # reports; the group's upsert shared evenly
+                    "seconds": {
+                        "cluster": round(spent["cluster"] + cluster_s, 3),
+                        "mine": round(spent["mine"] + staged_s + share + finished_s, 3),
+                    },
+                }
+
+            out.append((key, run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)))
+        self.staged = []
+        return out
+
+
+def _write_group(stores: Stores, settings: Settings, ctx: RunContext,
+                 group: list[tuple[LedgeredWork, _Computed]]) -> list[dict[str, Any]]:  # fmt: skip
+    """``_CommitGroup`` over partitions already computed (inside the caller's transaction)."""
+    writes = _CommitGroup(stores, settings, ctx)
+    for index, (unit, computed) in enumerate(group):
+        writes.add(index, unit, computed)
+    return [result for _, result in writes.flush()]
 
 
 def consolidate_in_processes(
@@ -290,16 +315,15 @@ def consolidate_in_processes(
         with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
             refill()
             while window:
-                group: list[tuple[int, LedgeredWork, _Computed]] = []
-                while window and len(group) < max(1, per_commit):
-                    index, unit, future = window.popleft()
-                    group.append((index, unit, future.result()))
-                    refill()  # the next partitions go out before this group's writes
                 with stores.meta.atomic():  # one commit; each partition's ledger entry in it
-                    written = _write_group(stores, settings, ctx,
-                                           [(unit, done) for _, unit, done in group])  # fmt: skip
-                for (index, _, _), result in zip(group, written, strict=True):
-                    results[index] = result
+                    group = _CommitGroup(stores, settings, ctx)
+                    while window and len(group) < max(1, per_commit):
+                        index, unit, future = window.popleft()
+                        computed = future.result()
+                        refill()  # the next partitions go out before this one's writes
+                        group.add(index, unit, computed)
+                    for index, result in group.flush():
+                        results[index] = result
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
