@@ -92,6 +92,10 @@ WRITER_CHECKPOINT = "128MB"
 # Partitions whose writes share one transaction (each with its ledger entry, all or nothing).
 # A 1% night at 1M committed 100 times, ~1 s of the one writer's ~12 (BENCHMARKS.md s42).
 PARTITIONS_PER_COMMIT = 10
+# ... unless they add this many cluster members: big writes (a first night's 10k members and
+# evidence rows a partition) gain nothing from sharing a commit, and a group the workers wait
+# on while it is finished left them idle (the 1M first night ~2 s slower, BENCHMARKS.md s42)
+GROUP_NEW_MEMBERS = 2_000
 
 
 @dataclass
@@ -203,9 +207,14 @@ class _CommitGroup:
     def __init__(self, stores: Stores, settings: Settings, ctx: RunContext) -> None:
         self.stores, self.settings, self.ctx = stores, settings, ctx
         self.staged: list[tuple[Any, ...]] = []
+        self.new_members = 0
 
     def __len__(self) -> int:
         return len(self.staged)
+
+    def full(self, per_commit: int) -> bool:
+        """Whether the group holds ``per_commit`` partitions or ``GROUP_NEW_MEMBERS``."""
+        return len(self.staged) >= max(1, per_commit) or self.new_members >= GROUP_NEW_MEMBERS
 
     def add(self, key: Any, unit: LedgeredWork, computed: _Computed) -> None:
         t0 = time.perf_counter()
@@ -213,6 +222,7 @@ class _CommitGroup:
         t1 = time.perf_counter()
         crash_point("partition.clustered")
         mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined)
+        self.new_members += computed.cluster.result.new_members
         self.staged.append((key, unit, computed.seconds, clustered, mining, t1 - t0,
                             time.perf_counter() - t1))  # fmt: skip
 
@@ -251,7 +261,7 @@ class _CommitGroup:
                 }
 
             out.append((key, run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)))
-        self.staged = []
+        self.staged, self.new_members = [], 0
         return out
 
 
@@ -317,7 +327,7 @@ def consolidate_in_processes(
             while window:
                 with stores.meta.atomic():  # one commit; each partition's ledger entry in it
                     group = _CommitGroup(stores, settings, ctx)
-                    while window and len(group) < max(1, per_commit):
+                    while window and not group.full(per_commit):
                         index, unit, future = window.popleft()
                         computed = future.result()
                         refill()  # the next partitions go out before this one's writes
