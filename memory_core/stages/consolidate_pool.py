@@ -16,8 +16,8 @@ split at the boundary the stages draw (``cluster.stage.read_cluster_state`` /
 * the caller writes each partition as ``consolidate_partition`` does, in plan order, under
   the stage ledger, so a crash or a retry converges exactly as on the threads path (the
   compute writes nothing anywhere). Several partitions share one transaction
-  (``PARTITIONS_PER_COMMIT``): the writer is this path's critical path, and a commit per
-  partition was ~10% of its time at 1M episodes; a crash then redoes at most that group.
+  (``PARTITIONS_PER_COMMIT``; ``_CommitGroup``): the writer is this path's critical path, and a
+  commit per partition was ~1 s of its ~12 at 1M episodes; a crash redoes at most that group.
 
 A few partitions are read ahead of the one being written (``_AHEAD`` beyond the workers), so
 the workers keep computing while the caller writes. Workers are started with "spawn" (never
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
@@ -47,6 +47,7 @@ from memory_core.crash import crash_point
 from memory_core.gc_pause import gc_paused
 from memory_core.stages.cluster.stage import (
     ClusterOutcome,
+    ClusterResult,
     ClusterState,
     compute_clusters,
     read_cluster_state,
@@ -55,6 +56,7 @@ from memory_core.stages.cluster.stage import (
 from memory_core.stages.mine.stage import (
     MinedPartition,
     MineState,
+    StagedMining,
     compute_mining,
     finish_mining,
     read_mine_state,
@@ -191,6 +193,18 @@ def _worker_environment() -> Iterator[None]:
                 os.environ.pop(key, None)
 
 
+class _Staged(NamedTuple):
+    """A partition of a commit group, written up to its candidates' upsert."""
+
+    key: Any  # the caller's (its index in the plan)
+    unit: LedgeredWork
+    compute_s: dict[str, float]  # the worker's seconds per stage
+    clustered: ClusterResult
+    mining: StagedMining
+    cluster_s: float  # the writer's seconds per step
+    staged_s: float
+
+
 class _CommitGroup:
     """The writes of a commit group's partitions (inside its transaction): each partition's in
     ``consolidate_partition``'s order and under its ledger entry, with its crash points,
@@ -202,11 +216,15 @@ class _CommitGroup:
     A partition's clusters are written and its mining staged as soon as it is ``add``-ed, so
     the workers keep computing the next ones meanwhile; only the upsert and the finishing
     writes wait for the group (``flush``). Staging whole groups first made the workers idle
-    while the writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42)."""
+    while the writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
+
+    The ledger is checked before a partition is computed (``refill``), not again here: its
+    clusters are written before ``run_once`` would skip it, and nothing else writes the
+    ledger while this process holds DuckDB and the run its lease."""
 
     def __init__(self, stores: Stores, settings: Settings, ctx: RunContext) -> None:
         self.stores, self.settings, self.ctx = stores, settings, ctx
-        self.staged: list[tuple[Any, ...]] = []
+        self.staged: list[_Staged] = []
         self.new_members = 0
 
     def __len__(self) -> int:
@@ -223,8 +241,8 @@ class _CommitGroup:
         crash_point("partition.clustered")
         mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined)
         self.new_members += computed.cluster.result.new_members
-        self.staged.append((key, unit, computed.seconds, clustered, mining, t1 - t0,
-                            time.perf_counter() - t1))  # fmt: skip
+        self.staged.append(_Staged(key, unit, computed.seconds, clustered, mining, t1 - t0,
+                                   time.perf_counter() - t1))  # fmt: skip
 
     def flush(self) -> list[tuple[Any, dict[str, Any]]]:
         """Upsert the group's candidates, finish each partition; (key, result) in order."""
@@ -232,35 +250,37 @@ class _CommitGroup:
         t2 = time.perf_counter()
         upserted: dict[int, dict[str, int]] = {}
         if not ctx.dry_run:
-            pins = {k: v for item in staged for k, v in item[4].mined.pins.items()}
+            pins = {k: v for item in staged for k, v in item.mining.mined.pins.items()}
             upserted = upsert_candidate_groups(
-                stores.meta, {i: item[4].candidates for i, item in enumerate(staged)},
+                stores.meta, {i: item.mining.candidates for i, item in enumerate(staged)},
                 run_id=ctx.run_id, now=ctx.now, pins=pins,
             )  # fmt: skip
         share = (time.perf_counter() - t2) / max(1, len(staged))
         out = []
-        for i, (key, unit, spent, clustered, mining, cluster_s, staged_s) in enumerate(staged):
+        for i, item in enumerate(staged):
 
-            def work(i=i, unit=unit, spent=spent, clustered=clustered, mining=mining,
-                     cluster_s=cluster_s, staged_s=staged_s) -> dict[str, Any]:  # fmt: skip
+            def work(i: int = i, item: _Staged = item) -> dict[str, Any]:
                 if not ctx.dry_run:
                     crash_point("mine.upserted")
                 t3 = time.perf_counter()
-                mined = finish_mining(stores, ctx, unit.partition, mining, upserted.get(i))
+                mined = finish_mining(stores, ctx, item.unit.partition, item.mining,
+                                      upserted.get(i))  # fmt: skip
                 finished_s = time.perf_counter() - t3
                 crash_point("partition.mined")
+                spent = item.compute_s
                 return {
-                    "cluster": clustered.as_dict(),
+                    "cluster": item.clustered.as_dict(),
                     "mine": mined.as_dict(),
                     # compute (in a worker) + write (here), per stage, as the threads path
                     # reports; the group's upsert shared evenly
                     "seconds": {
-                        "cluster": round(spent["cluster"] + cluster_s, 3),
-                        "mine": round(spent["mine"] + staged_s + share + finished_s, 3),
+                        "cluster": round(spent["cluster"] + item.cluster_s, 3),
+                        "mine": round(spent["mine"] + item.staged_s + share + finished_s, 3),
                     },
                 }
 
-            out.append((key, run_once(stores.meta, unit, work, run_id=ctx.run_id, now=ctx.now)))
+            result = run_once(stores.meta, item.unit, work, run_id=ctx.run_id, now=ctx.now)
+            out.append((item.key, result))
         self.staged, self.new_members = [], 0
         return out
 
