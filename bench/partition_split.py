@@ -168,7 +168,9 @@ def main() -> None:
             with step("compute"):
                 computed = pool._compute(ctx, unit.partition, state, recluster=False)
             with step("write"), stores.meta.atomic():  # a commit group of one partition
-                pool._write_group(stores, settings, ctx, [(unit, computed)])
+                group = pool._CommitGroup(stores, settings, ctx)
+                group.add(unit.partition.key, unit, computed)
+                group.flush()
     night = "first" if args.first else "1%"
     print(f"{night} night, {len(plan)} partitions, serial:",
           ", ".join(f"{k} {v:.2f} s" for k, v in seconds.items()))  # fmt: skip

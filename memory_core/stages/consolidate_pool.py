@@ -227,9 +227,6 @@ class _CommitGroup:
         self.staged: list[_Staged] = []
         self.new_members = 0
 
-    def __len__(self) -> int:
-        return len(self.staged)
-
     def full(self, per_commit: int) -> bool:
         """Whether the group holds ``per_commit`` partitions or ``GROUP_NEW_MEMBERS``."""
         return len(self.staged) >= max(1, per_commit) or self.new_members >= GROUP_NEW_MEMBERS
@@ -283,15 +280,6 @@ class _CommitGroup:
             out.append((item.key, result))
         self.staged, self.new_members = [], 0
         return out
-
-
-def _write_group(stores: Stores, settings: Settings, ctx: RunContext,
-                 group: list[tuple[LedgeredWork, _Computed]]) -> list[dict[str, Any]]:  # fmt: skip
-    """``_CommitGroup`` over partitions already computed (inside the caller's transaction)."""
-    writes = _CommitGroup(stores, settings, ctx)
-    for index, (unit, computed) in enumerate(group):
-        writes.add(index, unit, computed)
-    return [result for _, result in writes.flush()]
 
 
 def consolidate_in_processes(

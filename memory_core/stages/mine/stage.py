@@ -791,10 +791,9 @@ class StagedMining:
     process pool's one writer upserts a whole commit group's candidates in one call
     (``stages/consolidate_pool.py``)."""
 
-    result: MiningResult
     candidates: list[Candidate]
     done_units: dict[str, dict[str, Any]]
-    mined: MinedPartition
+    mined: MinedPartition  # its ``result`` holds the counts so far
 
 
 def stage_mining(
@@ -819,7 +818,7 @@ def stage_mining(
     result.preferences = len(mined.claims)
     stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version)
     result.stale = len(stale)
-    return StagedMining(result, [*candidates, *stale], done_units, mined)
+    return StagedMining([*candidates, *stale], done_units, mined)
 
 
 def finish_mining(
@@ -828,7 +827,8 @@ def finish_mining(
 ) -> MiningResult:  # fmt: skip
     """``write_mining`` after the upsert (``upserted``: its counts; None on a dry run): unit
     state saved, blocked claims audited; the result."""
-    result, mined = staged.result, staged.mined
+    mined = staged.mined
+    result = mined.result
     if upserted is not None:
         result.upserted = upserted
         done_units = staged.done_units
