@@ -22,6 +22,7 @@ from flows.runners import describe as describe_runner
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
+from memory_core.gc_pause import gc_frozen
 from memory_core.lease import hold as hold_lease
 from memory_core.report import rows_by_status, write_report
 from memory_core.stages.consolidate import (
@@ -282,12 +283,15 @@ def nightly_consolidation(
     start waits ``lease.wait_s`` and then fails naming the holder."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), **({"run_id": run_id} if run_id else {}))
-    with hold_lease(
-        stores.meta,
-        holder=ctx.run_id,
-        flow="nightly-consolidation",
-        ttl_s=settings.lease.ttl_s,
-        wait_s=settings.lease.wait_s,
+    with (
+        gc_frozen(),  # what the process held before the run: left out of gc's walks
+        hold_lease(
+            stores.meta,
+            holder=ctx.run_id,
+            flow="nightly-consolidation",
+            ttl_s=settings.lease.ttl_s,
+            wait_s=settings.lease.wait_s,
+        ),
     ):
         crash_point("nightly.leased")
         try:

@@ -4,8 +4,12 @@ an outer pause (or the caller) had disabled."""
 from __future__ import annotations
 
 import gc
+import weakref
+from collections.abc import Iterator
 
-from memory_core.gc_pause import gc_paused
+import pytest
+
+from memory_core.gc_pause import gc_frozen, gc_paused
 
 
 def test_the_collector_is_paused_inside_and_restored_after_even_on_error() -> None:
@@ -32,3 +36,59 @@ def test_a_collector_disabled_by_the_caller_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """The test process's own freeze (conftest) lifted for the test, made again after."""
+    gc.unfreeze()
+    try:
+        yield
+    finally:
+        gc.freeze()
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_gc_frozen_keeps_what_exists_out_of_collections_and_restores_after() -> None:
+    held = [object() for _ in range(10)]
+    assert gc.get_freeze_count() == 0
+    with gc_frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(held)  # what existed at the start, ``held`` among it
+        with gc_frozen():  # nested: the outer freeze stands, nothing more is frozen
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+    try:
+        with gc_frozen():
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_gc_frozen_still_collects_the_cycles_the_block_makes() -> None:
+    class Node:
+        pass
+
+    with gc_frozen():
+        cycle = Node()
+        cycle.other = Node()  # type: ignore[attr-defined]
+        cycle.other.other = cycle  # type: ignore[attr-defined]
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_gc_frozen_leaves_a_freeze_made_elsewhere_as_it_is() -> None:
+    gc.freeze()  # as a pool worker does for good
+    try:
+        before = gc.get_freeze_count()
+        with gc_frozen():
+            pass
+        assert gc.get_freeze_count() == before  # not unfrozen by the block's end
+    finally:
+        gc.unfreeze()

@@ -333,7 +333,8 @@ def consolidate_in_processes(
         with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
             refill()
             while window:
-                with stores.meta.atomic():  # one commit; each partition's ledger entry in it
+                # one commit, each partition's ledger entry in it; no cyclic collection meanwhile
+                with stores.meta.atomic(), gc_paused():
                     group = _CommitGroup(stores, settings, ctx)
                     while window and not group.full(per_commit):
                         index, unit, future = window.popleft()

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from memory_core.gc_pause import gc_paused
 from memory_core.lifecycle import check_transition
 from memory_core.models import Candidate, CandidateStatus
 from memory_core.stores.meta import MetaStore
@@ -371,7 +372,13 @@ def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None
 def candidates_from_bodies(con: Any, bodies: Iterable[str]) -> list[Candidate]:
     """Stored bodies as candidates, in the given order, with their evidence pins: a body whose
     pins live in ``candidate_evidence`` (``PINS_IN_EVIDENCE``) gets them back from there, one
-    read for all of them, in episode id order (the order the miner pins in)."""
+    read for all of them, in episode id order (the order the miner pins in). The collector
+    is paused meanwhile (``gc_pause``): a queue's thousands of bodies make no cycles."""
+    with gc_paused():
+        return _candidates_from_bodies(con, bodies)
+
+
+def _candidates_from_bodies(con: Any, bodies: Iterable[str]) -> list[Candidate]:
     parsed = [json.loads(body) for body in bodies]
     elsewhere = [b["candidate_id"] for b in parsed if b.get("provenance") == PINS_IN_EVIDENCE]
     if elsewhere:
