@@ -41,6 +41,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
@@ -65,6 +67,7 @@ from memory_core.stages.mine.stage import (
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
 from memory_core.stores.candidates import upsert_candidate_groups
+from memory_core.stores.clusters import save_new_clusters
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lance_read import LanceReader
 from memory_core.stores.ledger import ledger_has
@@ -213,10 +216,12 @@ class _CommitGroup:
     finishing writes. Partitions never share a candidate (ids name tenant and namespace), so
     the stored rows are the per-partition calls' (tests/stages/test_consolidate_pool.py).
 
-    A partition's clusters are written and its mining staged as soon as it is ``add``-ed, so
-    the workers keep computing the next ones meanwhile; only the upsert and the finishing
-    writes wait for the group (``flush``). Staging whole groups first made the workers idle
-    while the writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
+    A partition's mining is staged (and a recluster's clusters written) as soon as it is
+    ``add``-ed, so the workers keep computing the next ones meanwhile; only the incremental
+    clusters' save (``cluster_store.save_new_clusters``: one for the group, its statements'
+    fixed cost was paid per partition, BENCHMARKS.md s43), the upsert and the finishing writes
+    wait for the group (``flush``). Staging whole groups first made the workers idle while the
+    writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
 
     The ledger is checked before a partition is computed (``refill``), not again here: its
     clusters are written before ``run_once`` would skip it, and nothing else writes the
@@ -226,6 +231,7 @@ class _CommitGroup:
         self.stores, self.settings, self.ctx = stores, settings, ctx
         self.staged: list[_Staged] = []
         self.new_members = 0
+        self.new_clusters: list[tuple[pa.Table, pa.Table]] = []  # saved together at flush
 
     def full(self, per_commit: int) -> bool:
         """Whether the group holds ``per_commit`` partitions or ``GROUP_NEW_MEMBERS``."""
@@ -233,7 +239,8 @@ class _CommitGroup:
 
     def add(self, key: Any, unit: LedgeredWork, computed: _Computed) -> None:
         t0 = time.perf_counter()
-        clustered = write_clusters(self.stores, self.ctx, unit.partition, computed.cluster)
+        clustered = write_clusters(self.stores, self.ctx, unit.partition, computed.cluster,
+                                   new_rows=self.new_clusters)  # fmt: skip
         t1 = time.perf_counter()
         crash_point("partition.clustered")
         mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined)
@@ -242,12 +249,16 @@ class _CommitGroup:
                                    time.perf_counter() - t1))  # fmt: skip
 
     def flush(self) -> list[tuple[Any, dict[str, Any]]]:
-        """Upsert the group's candidates, finish each partition; (key, result) in order."""
+        """Save the group's new clusters, upsert its candidates, finish each partition; (key,
+        result) in order."""
         stores, ctx, staged = self.stores, self.ctx, self.staged
         t2 = time.perf_counter()
+        save_new_clusters(stores.meta, self.new_clusters)
         upserted: dict[int, dict[str, int]] = {}
         if not ctx.dry_run:
-            pins = {k: v for item in staged for k, v in item.mining.mined.pins.items()}
+            pins: dict[str, tuple[str | None, str | None]] = {}
+            for item in staged:  # partitions never share an episode
+                pins.update(item.mining.mined.pins)
             upserted = upsert_candidate_groups(
                 stores.meta, {i: item.mining.candidates for i, item in enumerate(staged)},
                 run_id=ctx.run_id, now=ctx.now, pins=pins,
@@ -278,7 +289,7 @@ class _CommitGroup:
 
             result = run_once(stores.meta, item.unit, work, run_id=ctx.run_id, now=ctx.now)
             out.append((item.key, result))
-        self.staged, self.new_members = [], 0
+        self.staged, self.new_members, self.new_clusters = [], 0, []
         return out
 
 

@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 import memory_core.stores.clusters as clusters_module
 from memory_core.config import load_settings
 from memory_core.stores import open_stores
-from memory_core.stores.clusters import CLUSTER_SCHEMA, MEMBER_SCHEMA, save_partition_clusters
+from memory_core.stores.clusters import (
+    CLUSTER_SCHEMA,
+    MEMBER_SCHEMA,
+    save_new_clusters,
+    save_partition_clusters,
+)
 
 T0 = datetime(2026, 7, 1, tzinfo=UTC)
 PARTITIONS = [("acme", "it"), ("acme", "ops")]
@@ -35,6 +40,12 @@ save = st.tuples(
         max_size=4,
         unique_by=lambda m: m[0],
     ),
+)
+
+
+# one commit group of the process pool: saves of distinct partitions, no episode in two of them
+group = st.lists(save, min_size=1, max_size=len(PARTITIONS), unique_by=lambda s: s[0]).filter(
+    lambda saves: len({e for *_, ms in saves for e, _ in ms}) == sum(len(ms) for *_, ms in saves)
 )
 
 
@@ -128,4 +139,33 @@ def test_stored_clustering_after_any_sequence_of_saves_is_the_upsert_model(
             tenant, namespace = PARTITIONS[part]
             save_partition_clusters(meta, tenant, namespace, clusters, rows, replace=replace)
             _model(expected, part, replace, clusters, rows)
+        assert _stored(home) == expected
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=st.lists(group, min_size=1, max_size=4), literal_max=st.sampled_from([0, 256]))
+def test_a_groups_new_clusters_saved_together_store_what_saving_each_stores(
+    history: list[list[tuple[int, bool, list[tuple[str, str]]]]], literal_max: int
+) -> None:
+    """As the pool's commit groups save: each recluster on its own, then the group's
+    incremental saves in one ``save_new_clusters``; the stored rows are the model's."""
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(clusters_module, "LITERAL_LOOKUP_MAX", literal_max)
+        home = Path(tmp)
+        meta = open_stores(load_settings(home=home, embed={"model": "hash"})).meta
+        expected: dict[str, dict[str, tuple[Any, ...]]] = {"clusters": {}, "members": {}}
+        for night, saves in enumerate(history):
+            tables = [(part, replace, *_tables(part, members, night))
+                      for part, replace, members in saves]  # fmt: skip
+            for part, replace, clusters, rows in tables:
+                if replace:
+                    tenant, namespace = PARTITIONS[part]
+                    save_partition_clusters(meta, tenant, namespace, clusters, rows, replace=True)
+                    _model(expected, part, True, clusters, rows)
+            new = [
+                (part, clusters, rows) for part, replace, clusters, rows in tables if not replace
+            ]
+            save_new_clusters(meta, [(clusters, rows) for _, clusters, rows in new])
+            for part, clusters, rows in new:
+                _model(expected, part, False, clusters, rows)
         assert _stored(home) == expected

@@ -532,11 +532,20 @@ def read_cluster_state(stores: Stores, partition: Partition) -> ClusterState:
 
 
 def write_clusters(stores: Stores, ctx: RunContext, partition: Partition,
-                   outcome: ClusterOutcome) -> ClusterResult:  # fmt: skip
-    """Save what ``compute_clusters`` decided (DuckDB writes only); the result."""
+                   outcome: ClusterOutcome, *,
+                   new_rows: list[tuple[pa.Table, pa.Table]] | None = None,
+                   ) -> ClusterResult:  # fmt: skip
+    """Save what ``compute_clusters`` decided (DuckDB writes only); the result.
+
+    ``new_rows``: an incremental save's (clusters, members) go there instead, for the caller
+    to save with other partitions' in the same transaction (``cluster_store.save_new_clusters``,
+    the process pool's commit groups); a recluster's are saved here."""
     if outcome.save is not None:
         clusters, members, replace = outcome.save
-        cluster_store.save_partition_clusters(
+        if new_rows is not None and not replace:
+            new_rows.append((clusters, members))
+        else:
+            cluster_store.save_partition_clusters(
             stores.meta, partition.tenant_id, partition.namespace, clusters, members,
             replace=replace,
         )  # fmt: skip
