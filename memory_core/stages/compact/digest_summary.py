@@ -27,9 +27,8 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pyarrow as pa
 
 from memory_core.config import Settings
@@ -49,6 +48,9 @@ from memory_core.stores.llm import (
     open_batches,
     record_answers_and_spend,
 )
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = [
     "PROMPT_VERSION",

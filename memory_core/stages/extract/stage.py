@@ -31,9 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.context import RunContext
@@ -68,6 +66,9 @@ from memory_core.stores.llm import (
     open_batches,
     record_answers_and_spend,
 )
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = [
     "MAX_INVALID_ANSWERS",

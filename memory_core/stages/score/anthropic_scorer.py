@@ -27,9 +27,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import ScoreConfig
 from memory_core.stages.score.budget import Budget, estimate_usage
@@ -49,6 +47,9 @@ from memory_core.stages.score.results import (
     ScoringReport,
     Usage,
 )
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = [
     "API_KEY_ENV",
@@ -86,6 +87,8 @@ def build_client(config: ScoreConfig) -> anthropic.Anthropic | None:
     key = os.environ.get(API_KEY_ENV, "").strip()
     if not key:
         return None
+    import anthropic  # here, not at the top: a night without a key never loads the SDK
+
     return anthropic.Anthropic(
         api_key=key, timeout=config.timeout_s, max_retries=config.max_retries
     )
@@ -93,6 +96,8 @@ def build_client(config: ScoreConfig) -> anthropic.Anthropic | None:
 
 def classify_error(exc: Exception, config: ScoreConfig) -> ApiFailure:
     """Map an SDK exception (raised after its own retries) to what the stage should do."""
+    import anthropic  # here, not at the top: a night without a key never loads the SDK
+
     retries = f"after {config.max_retries} retries"
     if isinstance(exc, anthropic.APITimeoutError):
         return ApiFailure(FailureKind.transient, f"timed out ({config.timeout_s:g}s) {retries}")
@@ -258,6 +263,8 @@ class AnthropicScorer:
     def _call(self, params: dict[str, Any], report: ScoringReport) -> Any:
         """One request: reserve, send, settle. Returns the message, an ApiFailure, or the
         budget refusal reason (a str) when the request does not fit."""
+        import anthropic  # here, not at the top: a night without a key never loads the SDK
+
         estimate = estimate_usage(params)
         refusal = self.budget.reserve(estimate, batch=False)
         if refusal is not None:

@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import ScoreConfig
 from memory_core.models import stable_id
@@ -40,6 +38,9 @@ from memory_core.stores.llm import (
     set_batch_status,
 )
 from memory_core.stores.meta import MetaStore
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["MAX_BATCH_REQUESTS", "BatchOutcome", "BatchRunner", "custom_id_for"]
 
@@ -109,6 +110,8 @@ class BatchRunner:
         Returns the recorded batches, the failure that stopped submission (if any) and the
         candidate ids that were not submitted because of it.
         """
+        import anthropic  # here, not at the top: a night without a key never loads the SDK
+
         records: list[BatchRecord] = []
         for start in range(0, len(requests), MAX_BATCH_REQUESTS):
             chunk = requests[start : start + MAX_BATCH_REQUESTS]
@@ -183,6 +186,8 @@ class BatchRunner:
 
     def _check(self, record: BatchRecord, result: PollResult) -> BatchRecord | None:
         """Retrieve once; collect if ended. Returns the record if it is still open."""
+        import anthropic  # here, not at the top: a night without a key never loads the SDK
+
         try:
             batch = self.client.messages.batches.retrieve(record.batch_id)
         except anthropic.NotFoundError:

@@ -26,7 +26,6 @@ import json
 import re
 from typing import Any, Literal
 
-from anthropic import transform_schema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memory_core.config import ScoreConfig
@@ -77,7 +76,42 @@ class ScoreAnswer(BaseModel):
         return value
 
 
-ANSWER_SCHEMA: dict[str, Any] = transform_schema(ScoreAnswer)
+# ``anthropic.transform_schema(ScoreAnswer)``, written out: making it imports the SDK (~1.3 CPU
+# s in a fresh process), which a night without a key never needs otherwise, while the prompt
+# version (the score cache's key) names this schema on every night. A test holds the two
+# equal: a change to ScoreAnswer or to the SDK's transform fails it until this is updated.
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "The structured answer; anything else (extra keys, 0 or 6, a float) is invalid.",
+    "title": "ScoreAnswer",
+    "properties": {
+        "score": {
+            "type": "integer",
+            "description": "importance, integer 1 to 5\n\n{maximum: 5, minimum: 1}",
+            "title": "Score",
+        },
+        "rationale": {
+            "type": "string",
+            "description": "one or two sentences a reviewer can check\n\n"
+            "{maxLength: 600, minLength: 1}",
+            "title": "Rationale",
+        },
+        "kind_check": {
+            "enum": ["semantic", "procedural", "episodic_only"],
+            "description": "what the candidate really is: semantic, procedural, or episodic_only",
+            "title": "Kind Check",
+        },
+        "risk_flags": {
+            "type": "array",
+            "description": "zero or more of the four risk flags, each at most once\n\n"
+            "{maxItems: 4}",
+            "title": "Risk Flags",
+            "items": {"enum": ["sensitive", "instruction_like", "speculative", "single_source"]},
+        },
+    },
+    "additionalProperties": False,
+    "required": ["score", "rationale", "kind_check", "risk_flags"],
+}
 
 RUBRIC = """\
 You score candidate long-term memories for AI agents. A batch pipeline mined each candidate \

@@ -27,9 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import ScoreConfig
 from memory_core.context import RunContext
@@ -72,6 +70,9 @@ from memory_core.stores.llm import (
     record_ledger,
 )
 from memory_core.stores.meta import MetaStore
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["score_candidates"]
 

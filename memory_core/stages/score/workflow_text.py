@@ -26,9 +26,8 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 from pydantic import BaseModel, Field, ValidationError
 
 from memory_core.config import ScoreConfig
@@ -52,6 +51,9 @@ from memory_core.stores.llm import (
     open_batches,
     record_answers_and_spend,
 )
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = [
     "PROMPT_VERSION",
@@ -341,6 +343,8 @@ class _Run:
         A temporary failure defers this and the remaining requests to a later run, a fatal
         one (key, billing, model) fails them; a refused request fails only itself.
         """
+        import anthropic  # here, not at the top: a night without a key never loads the SDK
+
         assert self.client is not None
         client = self.client.with_options(timeout=self.config.timeout_s,
                                           max_retries=self.config.max_retries)  # fmt: skip

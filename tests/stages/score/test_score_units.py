@@ -18,8 +18,10 @@ from memory_core.stages.score.budget import Budget, estimate_usage
 from memory_core.stages.score.evidence import Evidence, feedback_polarity, load_evidence
 from memory_core.stages.score.heuristic import HeuristicScorer, deterministic_flags
 from memory_core.stages.score.prompt import (
+    ANSWER_SCHEMA,
     PROMPT_FINGERPRINT,
     InvalidAnswer,
+    ScoreAnswer,
     parse_answer,
     prompt_version,
     request_params,
@@ -232,3 +234,12 @@ def test_evidence_reads_the_miners_stats() -> None:
         candidate(2), Evidence(**{**proc.__dict__, "success_rate": 1.0})
     )
     assert low.extra["heuristic_raw"] < high.extra["heuristic_raw"]
+
+
+def test_the_written_out_answer_schema_is_the_sdks_transform_of_score_answer() -> None:
+    """``prompt.ANSWER_SCHEMA`` is a literal (the SDK stays unloaded on nights without a key);
+    it must stay what the SDK makes of ``ScoreAnswer``, which is what requests send and what
+    the prompt version (the score cache's key) stands for."""
+    from anthropic import transform_schema
+
+    assert transform_schema(ScoreAnswer) == ANSWER_SCHEMA
