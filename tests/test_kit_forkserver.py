@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,16 @@ def test_a_stopped_or_dead_server_leaves_no_directory() -> None:
     # push a live server of a later test in this process out first
     for key in [k for k, v in forkserver._servers.items() if v is replaced]:
         del forkserver._servers[key]
+
+
+def test_reply_lines_that_arrive_in_one_read_are_read_one_by_one() -> None:
+    """A child that exits at once has its pid and status sent together (a flaky suite run)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"pid": 7}\n{"status": 0}\n')
+        lines = forkserver._Lines(ours)
+        assert json.loads(lines.next(None)) == {"pid": 7}
+        assert json.loads(lines.next(time.monotonic() + 5)) == {"status": 0}
+        theirs.sendall(b'{"st')  # a line split over two reads is put together
+        theirs.sendall(b'atus": 9}\n')
+        assert json.loads(lines.next(time.monotonic() + 5)) == {"status": 9}

@@ -344,29 +344,38 @@ class _Server:
             self.proc.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def spawn(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[socket.socket, int]:
+    def spawn(self, request: dict[str, Any], fds: Sequence[int]) -> tuple[_Lines, int]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], list(fds))
-        reply = json.loads(_line(conn, None))
+        lines = _Lines(conn)
+        reply = json.loads(lines.next(None))
         if "refused" in reply:
             conn.close()
             raise Refused(reply["refused"])
-        return conn, int(reply["pid"])
+        return lines, int(reply["pid"])
 
 
-def _line(conn: socket.socket, deadline: float | None) -> bytes:
-    buf = b""
-    while not buf.endswith(b"\n"):
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([conn], [], [], wait)
-        if not ready:
-            raise TimeoutError
-        chunk = conn.recv(4096)
-        if not chunk:
-            raise ConnectionError("the test fork server went away")
-        buf += chunk
-    return buf
+class _Lines:
+    """The server's reply lines on one connection. A child that exits at once has its pid and
+    its status sent before the first is read, and one ``recv`` can return both: what follows
+    the line asked for is kept for the next (parsing both as one line failed a suite run)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn, self.buf = conn, b""
+
+    def next(self, deadline: float | None) -> bytes:
+        while b"\n" not in self.buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.conn], [], [], wait)
+            if not ready:
+                raise TimeoutError
+            chunk = self.conn.recv(4096)
+            if not chunk:
+                raise ConnectionError("the test fork server went away")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
 
 
 _servers: dict[tuple[Any, ...], _Server] = {}
@@ -524,19 +533,19 @@ def run(
             else:
                 err_fd, err_file = _child_fd(stderr, 2, stack)
             fds.append(err_fd)
-            conn, pid = _server(child_env, preload_prefect, preload).spawn(request, fds)
+            lines, pid = _server(child_env, preload_prefect, preload).spawn(request, fds)
         except Refused:
             return subprocess.run(argv, **real)
         finally:
             for fd in fds:
                 os.close(fd)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with conn:
+        with lines.conn:
             try:
-                reply = json.loads(_line(conn, deadline))
+                reply = json.loads(lines.next(deadline))
             except TimeoutError:
                 os.kill(pid, signal.SIGKILL)
-                _line(conn, None)
+                lines.next(None)
                 raise subprocess.TimeoutExpired(argv, timeout or 0) from None
         status = int(reply["status"])
         code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
