@@ -280,11 +280,23 @@ def nightly_consolidation(
     """Consolidate every partition with new episodes; publish candidates and a summary.
 
     The run holds the home's pipeline lease (memory_core/lease.py) from start to end: a second
-    start waits ``lease.wait_s`` and then fails naming the holder."""
+    start waits ``lease.wait_s`` and then fails naming the holder.
+
+    On the threads runner it also keeps the DuckDB file open from start to end
+    (``MetaStore.session``): the tasks run in this process and their connections share the
+    open database, so closing one no
+    longer checkpoints it, and the night checkpoints once, at its end, instead of after every
+    task (the score, workflow-text and review tasks each rewrote the candidates' row groups
+    they had touched: ~0.3 s a task at 1M, BENCHMARKS.md s43). Another process (a reviewer's
+    ``memctl review``) waits for the file, as it already did through the partitions, most of
+    a night."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), **({"run_id": run_id} if run_id else {}))
     with (
         gc_frozen(),  # what the process held before the run: left out of gc's walks
+        # the control plane open for the run (see below); tasks on Dask or Ray run in other
+        # processes, which must open the file themselves
+        stores.meta.session() if settings.runner.kind == "threads" else nullcontext(),
         hold_lease(
             stores.meta,
             holder=ctx.run_id,
