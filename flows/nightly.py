@@ -284,12 +284,11 @@ def nightly_consolidation(
 
     On the threads runner it also keeps the DuckDB file open from start to end
     (``MetaStore.session``): the tasks run in this process and their connections share the
-    open database, so closing one no
-    longer checkpoints it, and the night checkpoints once, at its end, instead of after every
-    task (the score, workflow-text and review tasks each rewrote the candidates' row groups
-    they had touched: ~0.3 s a task at 1M, BENCHMARKS.md s43). Another process (a reviewer's
-    ``memctl review``) waits for the file, as it already did through the partitions, most of
-    a night."""
+    open database, so closing one no longer checkpoints it, and the night checkpoints once,
+    at its end, instead of after every task (each rewrote the candidates' row groups it had
+    touched: at 1M 0.36 s of the score task, ~0.1 s of workflow text and of review,
+    BENCHMARKS.md s43). Another process (a reviewer's ``memctl review``) waits for the file,
+    as it already did through the partitions, most of a night."""
     settings, stores = _stores(settings_data)
     ctx = RunContext(now=datetime.fromisoformat(now_iso), **({"run_id": run_id} if run_id else {}))
     with (

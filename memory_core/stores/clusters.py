@@ -131,27 +131,7 @@ def save_partition_clusters(
     given members (new ones). ``replace=True`` (recluster): the given rows become the
     partition's whole clustering; rows of the partition not among them are deleted.
     """
-    clusters = clusters.select(CLUSTER_SCHEMA.names).cast(CLUSTER_SCHEMA)
-    members = members.select(MEMBER_SCHEMA.names).cast(MEMBER_SCHEMA)
-    with meta.transaction() as con:
-        con.register("_new_clusters", clusters)
-        con.register("_new_members", members)
-        try:
-            if replace:
-                con.execute(
-                    "DELETE FROM cluster_members WHERE tenant_id = ? AND namespace = ? "
-                    "AND episode_id NOT IN (SELECT episode_id FROM _new_members)",
-                    [tenant_id, namespace],
-                )
-                con.execute(
-                    "DELETE FROM clusters WHERE tenant_id = ? AND namespace = ? "
-                    "AND cluster_id NOT IN (SELECT cluster_id FROM _new_clusters)",
-                    [tenant_id, namespace],
-                )
-            _upsert_registered(con, members, upsert_members=replace)
-        finally:
-            con.unregister("_new_clusters")
-            con.unregister("_new_members")
+    _save(meta, [(clusters, members)], replace=(tenant_id, namespace) if replace else None)
 
 
 def save_new_clusters(meta: MetaStore, saves: list[tuple[pa.Table, pa.Table]]) -> None:
@@ -163,8 +143,16 @@ def save_new_clusters(meta: MetaStore, saves: list[tuple[pa.Table, pa.Table]]) -
     Why: the process pool's one writer is the 1M 1% night's critical path, and these three
     statements per partition (an upsert through the cluster key, the member lookup, the
     insert) cost ~10 ms each time whatever their ~100 rows (BENCHMARKS.md s43)."""
-    if not saves:
-        return
+    if saves:
+        _save(meta, saves, replace=None)
+
+
+def _save(
+    meta: MetaStore, saves: list[tuple[pa.Table, pa.Table]], *, replace: tuple[str, str] | None
+) -> None:
+    """``saves``' clusters upserted and members written, in one transaction; ``replace``: the
+    (tenant, namespace) whose rows not among them are deleted first (a recluster), when the
+    members are upserted whatever; otherwise inserted unless one is stored (``_any_member``)."""
     clusters = pa.concat_tables(
         [c.select(CLUSTER_SCHEMA.names).cast(CLUSTER_SCHEMA) for c, _ in saves]
     )
@@ -175,29 +163,33 @@ def save_new_clusters(meta: MetaStore, saves: list[tuple[pa.Table, pa.Table]]) -
         con.register("_new_clusters", clusters)
         con.register("_new_members", members)
         try:
-            _upsert_registered(con, members, upsert_members=False)
+            if replace is not None:
+                con.execute(
+                    "DELETE FROM cluster_members WHERE tenant_id = ? AND namespace = ? "
+                    "AND episode_id NOT IN (SELECT episode_id FROM _new_members)",
+                    list(replace),
+                )
+                con.execute(
+                    "DELETE FROM clusters WHERE tenant_id = ? AND namespace = ? "
+                    "AND cluster_id NOT IN (SELECT cluster_id FROM _new_clusters)",
+                    list(replace),
+                )
+            con.execute(
+                f"INSERT INTO clusters ({_CLUSTER_COLUMNS}) "
+                f"SELECT {_CLUSTER_COLUMNS} FROM _new_clusters "
+                "ON CONFLICT (cluster_id) DO UPDATE SET centroid = excluded.centroid, "
+                "size = excluded.size, label = excluded.label, "
+                "error_code = excluded.error_code, updated_at = excluded.updated_at"
+            )
+            crash_point("cluster.in_transaction")  # atomic: clusters without members never land
+            upsert = replace is not None or _any_member(con, members)
+            con.execute(
+                f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+                f"SELECT {_MEMBER_COLUMNS} FROM _new_members{_ON_MEMBER if upsert else ''}"
+            )
         finally:
             con.unregister("_new_clusters")
             con.unregister("_new_members")
-
-
-def _upsert_registered(con: Any, members: pa.Table, *, upsert_members: bool) -> None:
-    """Upsert the clusters registered as ``_new_clusters`` and write the members registered
-    as ``_new_members`` (``members``): upserted when asked, else inserted unless one of
-    them is stored already (``_any_member``)."""
-    con.execute(
-        f"INSERT INTO clusters ({_CLUSTER_COLUMNS}) "
-        f"SELECT {_CLUSTER_COLUMNS} FROM _new_clusters "
-        "ON CONFLICT (cluster_id) DO UPDATE SET centroid = excluded.centroid, "
-        "size = excluded.size, label = excluded.label, "
-        "error_code = excluded.error_code, updated_at = excluded.updated_at"
-    )
-    crash_point("cluster.in_transaction")  # atomic: clusters without members never land
-    upsert = upsert_members or _any_member(con, members)
-    con.execute(
-        f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
-        f"SELECT {_MEMBER_COLUMNS} FROM _new_members{_ON_MEMBER if upsert else ''}"
-    )
 
 
 # How stored members take the incoming rows of the same episodes (``_any_member``).

@@ -546,9 +546,9 @@ def write_clusters(stores: Stores, ctx: RunContext, partition: Partition,
             new_rows.append((clusters, members))
         else:
             cluster_store.save_partition_clusters(
-            stores.meta, partition.tenant_id, partition.namespace, clusters, members,
-            replace=replace,
-        )  # fmt: skip
+                stores.meta, partition.tenant_id, partition.namespace, clusters, members,
+                replace=replace,
+            )  # fmt: skip
     if outcome.record is not None:
         _record_choice(stores, ctx, partition, outcome.record)
     result = outcome.result
