@@ -27,7 +27,8 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -35,6 +36,7 @@ from prefect.settings import PREFECT_API_URL
 
 __all__ = [
     "die_with_parent",
+    "no_heartbeats_to_an_ephemeral_server",
     "popen_dies_with_parent",
     "register_ephemeral_server",
     "start_ephemeral_server",
@@ -131,3 +133,27 @@ def start_ephemeral_server() -> Any:
     server.start()
     logger.debug("ephemeral Prefect server pid %s", server.server_process.pid)  # type: ignore[union-attr]
     return server
+
+
+@contextmanager
+def no_heartbeats_to_an_ephemeral_server() -> Iterator[None]:
+    """Flow runs started inside send no heartbeats when their API is this process's ephemeral
+    server and the heartbeat frequency is Prefect's default; else unchanged (a frequency the
+    user chose, in the environment or a profile, is kept).
+
+    Why: Prefect's heartbeat thread sleeps in one-second steps, and the engine joins it when
+    a flow run ends, so every run ended up to a second after its last task (half a second on
+    average; BENCHMARKS.md s44: the 1M 1% night's totals all ended near x.1 s). Heartbeats
+    tell a server the run still lives, for automations that mark a silent run crashed; an
+    ephemeral server lives and dies with this process, so nothing is there to be told (the
+    run's own lease, ``memory_core/lease.py``, is what a later run checks). A configured API
+    (``PREFECT_API_URL``) keeps Prefect's default."""
+    from prefect.settings import get_current_settings, temporary_settings
+
+    flows = get_current_settings().flows
+    default = type(flows).model_fields["heartbeat_frequency"].default
+    if PREFECT_API_URL.value() or flows.heartbeat_frequency != default:
+        yield
+        return
+    with temporary_settings(updates={"flows.heartbeat_frequency": None}):
+        yield

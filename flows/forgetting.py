@@ -15,6 +15,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.ephemeral import no_heartbeats_to_an_ephemeral_server
 from flows.privacy import prefect_store
 from flows.retry import pipeline_task
 from flows.runners import task_runner
@@ -189,12 +190,14 @@ def deletion_requests(*, settings_data: dict[str, Any], now_iso: str,
 
 def run_forgetting_flow(settings: Settings, *, now: datetime) -> dict[str, Any]:
     runner = task_runner(settings.runner)
-    return forgetting.with_options(task_runner=runner)(
-        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
-    )
+    with no_heartbeats_to_an_ephemeral_server():
+        return forgetting.with_options(task_runner=runner)(
+            settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
+        )
 
 
 def run_deletion_requests(settings: Settings, *, now: datetime) -> list[dict[str, Any]]:
-    return deletion_requests(
-        settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
-    )
+    with no_heartbeats_to_an_ephemeral_server():
+        return deletion_requests(
+            settings_data=settings.model_dump(mode="json"), now_iso=now.isoformat()
+        )

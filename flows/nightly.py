@@ -456,14 +456,15 @@ def run_nightly(
     The task runner is configuration (``[runner]``, flows/runners.py): threads by default,
     a Dask or Ray cluster when one machine is not enough.
     """
-    from flows.ephemeral import start_ephemeral_server
+    from flows.ephemeral import no_heartbeats_to_an_ephemeral_server, start_ephemeral_server
     from flows.runners import task_runner
 
     start_ephemeral_server()  # dies with this process, even SIGKILLed (no orphan server)
     runner = task_runner(settings.runner)
-    return nightly_consolidation.with_options(task_runner=runner)(
-        settings_data=settings.model_dump(mode="json"),
-        now_iso=now.isoformat(),
-        recluster=recluster,
-        sync=sync,
-    )
+    with no_heartbeats_to_an_ephemeral_server():
+        return nightly_consolidation.with_options(task_runner=runner)(
+            settings_data=settings.model_dump(mode="json"),
+            now_iso=now.isoformat(),
+            recluster=recluster,
+            sync=sync,
+        )

@@ -246,13 +246,23 @@ def seed_database(prefect_home: Path) -> bool:
     return True
 
 
+# Prefect joins a flow run's heartbeat thread when the run ends, and that thread sleeps in
+# one-second steps: every flow run of the suite ended up to a second late. The product turns
+# them off for its own ephemeral server (flows/ephemeral.py); the harness's server is one too.
+NO_HEARTBEATS = {"flows.heartbeat_frequency": None}
+
+
 @contextmanager
 def session_harness(factory: pytest.TempPathFactory) -> Iterator[None]:
     """``prefect_test_harness`` for a whole run: under xdist one server for every worker."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from prefect.settings import temporary_settings
         from prefect.testing.utilities import prefect_test_harness
 
-        with prefect_test_harness(server_startup_timeout=int(STARTUP_TIMEOUT_S)):
+        with (
+            prefect_test_harness(server_startup_timeout=int(STARTUP_TIMEOUT_S)),
+            temporary_settings(updates=NO_HEARTBEATS),
+        ):
             yield
         return
     import prefect.context
@@ -263,7 +273,7 @@ def session_harness(factory: pytest.TempPathFactory) -> Iterator[None]:
 
     api_url = _shared_harness_server(factory)
     with ExitStack() as stack:
-        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: api_url}))
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: api_url, **NO_HEARTBEATS}))
         # as prefect_test_harness: the harness settings are the process-global ones too
         stack.enter_context(
             prefect.context._temporary_global_settings_context(
