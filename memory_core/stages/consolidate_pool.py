@@ -256,9 +256,8 @@ class _CommitGroup:
         save_new_clusters(stores.meta, self.new_clusters)
         upserted: dict[int, dict[str, int]] = {}
         if not ctx.dry_run:
-            pins: dict[str, tuple[str | None, str | None]] = {}
-            for item in staged:  # partitions never share an episode
-                pins.update(item.mining.mined.pins)
+            # partitions never share an episode; the tables' buffers are not copied
+            pins = pa.concat_tables([item.mining.mined.pins for item in staged])
             upserted = upsert_candidate_groups(
                 stores.meta, {i: item.mining.candidates for i, item in enumerate(staged)},
                 run_id=ctx.run_id, now=ctx.now, pins=pins,

@@ -28,6 +28,7 @@ __all__ = [
     "EpisodePins",
     "candidates_from_bodies",
     "count_by_status",
+    "episode_pins",
     "existing_ids",
     "get_candidates",
     "list_candidates",
@@ -63,10 +64,32 @@ DECIDED_STATUSES = frozenset(
 # whose pins are not plain episode pins (claims), keep their pins and are read as they are.
 PINS_IN_EVIDENCE = "candidate_evidence"
 
-# (content hash, subject id) of an episode a mined candidate cites, by episode id: what its
-# evidence pin holds (``Provenance(source_id=episode id, source_kind="episode", content_hash,
-# subject_id, revision=None)``)
-EpisodePins = Mapping[str, tuple[str | None, str | None]]
+# The episodes mined candidates cite, one row each (``episode_pins``): what each one's evidence
+# pin holds (``Provenance(source_id=episode id, source_kind="episode", content_hash,
+# subject_id, revision=None)``). An Arrow table, not a dict of tuples: the miner's is every
+# episode of the units it re-mined (~1M rows on a 1% night at 1M episodes), sent from a worker
+# process to the writer; as a dict it was ~70 MB of pickled tuples a night, ~0.8 CPU s to
+# pickle in the workers and ~0.5 to unpickle in the writer (BENCHMARKS.md s44), as Arrow
+# columns it is copied as buffers.
+EpisodePins = pa.Table
+_PIN_COLUMNS = ("episode_id", "content_hash", "subject_id")
+
+
+def episode_pins(pins: Mapping[str, tuple[str | None, str | None]] | pa.Table) -> EpisodePins:
+    """``EpisodePins`` from (content hash, subject) by episode id, or from a table holding
+    ``episode_id``, ``content_hash`` and ``subject_id`` columns (others dropped)."""
+    if isinstance(pins, pa.Table):
+        return pins.select(list(_PIN_COLUMNS)).cast(
+            pa.schema([(name, pa.string()) for name in _PIN_COLUMNS])
+        )
+    return pa.table(
+        {
+            "episode_id": pa.array(list(pins), pa.string()),
+            "content_hash": pa.array([h for h, _ in pins.values()], pa.string()),
+            "subject_id": pa.array([s for _, s in pins.values()], pa.string()),
+        }
+    )
+
 
 # The rows of the ids in ``wanted_ids``, found by the id column alone. Joining the ids to the
 # table directly read every candidate's body (~190 MB at 1M episodes, 0.25 s a query, twice
@@ -348,25 +371,57 @@ def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None
     when its pins live in ``candidate_evidence``)."""
     cols: dict[str, list[Any]] = {"candidate_id": [], "episode_id": [], "role": [],
                                   "subject_id": [], "content_hash": []}  # fmt: skip
+    pinned: list[bool] = []  # per row: its subject and content hash come from ``pins``
     for cand in candidates:
         support = list(dict.fromkeys(cand.support_ids))
         seen = set(support)
         counter = [e for e in dict.fromkeys(cand.counterexample_ids) if e not in seen]
         ids = [*support, *counter]
         if _pins_elsewhere(cand, pins):
-            assert pins is not None
-            found = [pins[e] for e in ids]
-            cols["subject_id"].extend(subject for _, subject in found)
-            cols["content_hash"].extend(chash for chash, _ in found)
+            cols["subject_id"].extend([None] * len(ids))
+            cols["content_hash"].extend([None] * len(ids))
+            pinned.extend([True] * len(ids))
         else:
             by_id = {p.source_id: p for p in cand.provenance}
             cited = [by_id.get(e) for e in ids]
             cols["subject_id"].extend(p.subject_id if p else None for p in cited)
             cols["content_hash"].extend(p.content_hash if p else None for p in cited)
+            pinned.extend([False] * len(ids))
         cols["candidate_id"].extend([cand.candidate_id] * len(ids))
         cols["episode_id"].extend(ids)
         cols["role"].extend(["support"] * len(support) + ["counterexample"] * len(counter))
-    return pa.table({name: pa.array(values, pa.string()) for name, values in cols.items()})
+    table = pa.table({name: pa.array(values, pa.string()) for name, values in cols.items()})
+    if pins is None or not any(pinned):
+        return table
+    return _pinned_from(table, pa.array(pinned, pa.bool_()), pins)
+
+
+def _pinned_from(table: pa.Table, pinned: pa.Array, pins: EpisodePins) -> pa.Table:
+    """``table`` with the subject and content hash of its ``pinned`` rows taken from ``pins``
+    (one join, rows in their order); an episode cited with no pin is an error naming it."""
+    frame = pl.from_arrow(table.append_column("_pinned", pinned))
+    found = pl.from_arrow(pins.select(list(_PIN_COLUMNS)))
+    assert isinstance(frame, pl.DataFrame) and isinstance(found, pl.DataFrame)
+    found = found.with_columns(pl.lit(value=True).alias("_found"))
+    joined = frame.join(found, on="episode_id", how="left", maintain_order="left",
+                        suffix="_pin")  # fmt: skip
+    lost = joined.filter(pl.col("_pinned") & pl.col("_found").is_null())
+    if lost.height:
+        first = lost.row(0, named=True)
+        msg = (
+            f"candidate {first['candidate_id']}: cites episode {first['episode_id']} "
+            "with no evidence pin"
+        )
+        raise ValueError(msg)
+    take = pl.col("_pinned")
+    out = joined.select(
+        "candidate_id", "episode_id", "role",
+        pl.when(take).then(pl.col("subject_id_pin")).otherwise(pl.col("subject_id"))
+        .alias("subject_id"),
+        pl.when(take).then(pl.col("content_hash_pin")).otherwise(pl.col("content_hash"))
+        .alias("content_hash"),
+    )  # fmt: skip
+    return out.to_arrow().cast(table.schema)
 
 
 def candidates_from_bodies(con: Any, bodies: Iterable[str]) -> list[Candidate]:

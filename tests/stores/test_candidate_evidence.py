@@ -22,6 +22,8 @@ from memory_core.models import (
 )
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import (
+    EpisodePins,
+    episode_pins,
     set_candidate_status,
     upsert_candidate_groups,
     upsert_candidates,
@@ -106,8 +108,10 @@ def test_pins_in_evidence_after_any_sequence_of_upserts_are_the_last_versions(
         homes = Path(tmp) / "incremental", Path(tmp) / "fresh"
         meta = open_stores(load_settings(home=homes[0], embed={"model": "hash"})).meta
 
-        def pins(variant: list[str]) -> dict[str, tuple[str | None, str | None]]:
-            return {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+        def pins(variant: list[str]) -> EpisodePins:
+            return episode_pins(
+                {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+            )
 
         for night, (cited, variant) in enumerate(history):
             upsert_candidates(meta, [_pinned("c1", cited, night)], run_id=f"r{night}", now=NOW,
@@ -225,8 +229,10 @@ def test_groups_upserted_together_store_and_count_what_one_call_per_group_does(
         together = open_stores(load_settings(home=Path(tmp) / "a", embed={"model": "hash"})).meta
         apart = open_stores(load_settings(home=Path(tmp) / "b", embed={"model": "hash"})).meta
 
-        def pins(variant: list[str]) -> dict[str, tuple[str | None, str | None]]:
-            return {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+        def pins(variant: list[str]) -> EpisodePins:
+            return episode_pins(
+                {e: (f"h-{v}-{e}", f"u-{v}") for e, v in zip(EPISODES, variant, strict=True)}
+            )
 
         for night, (one, two, three, variant) in enumerate(history):
             groups = {

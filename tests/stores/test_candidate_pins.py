@@ -10,6 +10,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from memory_core.models import (
 from memory_core.stores import open_stores
 from memory_core.stores.candidates import (
     PINS_IN_EVIDENCE,
+    episode_pins,
     get_candidates,
     list_candidates,
     support_pin_subjects,
@@ -36,7 +38,8 @@ from memory_core.stores.meta import MetaStore
 NOW = datetime(2026, 7, 1, tzinfo=UTC)
 EPISODES = [f"e{i}" for i in range(7)]
 # an episode's pin never changes (episodes are immutable): its content hash and subject
-PINS = {e: (f"h-{e}", None if i == 3 else f"u{i % 3}") for i, e in enumerate(EPISODES)}
+BY_EPISODE = {e: (f"h-{e}", None if i == 3 else f"u{i % 3}") for i, e in enumerate(EPISODES)}
+PINS = episode_pins(BY_EPISODE)
 
 # one write of one candidate: each episode's role (None = not cited), and whether the pins
 # go to candidate_evidence (as the miner writes) or into the body (as before)
@@ -54,7 +57,10 @@ def _candidate(cid: str, roles: list[str | None], *, pinned: bool) -> Candidate:
     support = [e for e, role in zip(EPISODES, roles, strict=True) if role == "support"]
     counter = [e for e, role in zip(EPISODES, roles, strict=True) if role == "counterexample"]
     cited = sorted({*support, *counter})
-    pins = [Provenance(source_id=e, content_hash=PINS[e][0], subject_id=PINS[e][1]) for e in cited]
+    pins = [
+        Provenance(source_id=e, content_hash=BY_EPISODE[e][0], subject_id=BY_EPISODE[e][1])
+        for e in cited
+    ]
     return Candidate(
         candidate_id=cid, kind=CandidateKind.procedural, tenant_id="acme", subject_id=None,
         namespace="it", procedure=ProcedureSpec(name="n", steps=["a", "b"]), support_ids=support,
@@ -121,4 +127,16 @@ def test_pins_read_the_same_wherever_they_are_stored(
         assert citing == wanted
         subjects = support_pin_subjects(meta, sorted(wanted))
         for cid, cand in wanted.items():
-            assert subjects[cid] == {PINS[e][1] for e in cand.support_ids} - {None}
+            assert subjects[cid] == {BY_EPISODE[e][1] for e in cand.support_ids} - {None}
+
+
+def test_a_cited_episode_without_a_pin_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    meta = open_stores(load_settings(home=tmp_path, embed={"model": "hash"})).meta
+    cand = _candidate("c1", ["support", "support", None, None, None, None, "counterexample"],
+                      pinned=False)  # fmt: skip
+    partial = episode_pins({e: pin for e, pin in BY_EPISODE.items() if e != "e6"})
+    with pytest.raises(ValueError, match="candidate c1: cites episode e6 with no evidence pin"):
+        upsert_candidates(meta, [cand], run_id="r", now=NOW, pins=partial)
+    with meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM candidates").fetchone() == (0,)
+        assert con.execute("SELECT count(*) FROM candidate_evidence").fetchone() == (0,)

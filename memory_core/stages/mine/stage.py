@@ -73,6 +73,8 @@ from memory_core.stores import Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
 from memory_core.stores.candidates import (
+    EpisodePins,
+    episode_pins,
     existing_ids,
     get_candidates,
     pending_keys,
@@ -240,9 +242,9 @@ class _Evidence:
     clusters: dict[str, list[str]]  # by unit key: its clusters holding an episode with actions
     index: dict[str, int]
     subject_id: list[str | None]
-    content_hash: list[str | None]
     goal: list[str | None]
     actions: dict[str, list[str]]  # by episode id: its group's action list
+    pins: EpisodePins
 
     @classmethod
     def of(cls, table: Any, units: pl.DataFrame, settings: Settings, namespace: str) -> _Evidence:
@@ -256,17 +258,13 @@ class _Evidence:
         ids, subjects = col("episode_id"), col("subject_id")
         index = {eid: i for i, eid in enumerate(ids)}
         groups, clusters, actions = _groups(table, units, settings, namespace)
-        return cls(groups, clusters, index, subjects, col("content_hash"), col("goal"), actions)
-
-    def pins(self) -> dict[str, tuple[str | None, str | None]]:
-        """(content hash, subject) of each episode by id: the evidence pins of the candidates
-        mined from them, which ``upsert_candidates`` keeps in ``candidate_evidence`` only
-        (``stores/candidates.PINS_IN_EVIDENCE``). A partition's candidates cite ~1 episode per
-        episode (~10k per 10k partition): one ``Provenance`` object per cited episode, built
-        and validated each night a unit was touched, was ~30% of a 1% night's partition CPU."""
-        return dict(
-            zip(self.index, zip(self.content_hash, self.subject_id, strict=True), strict=True)
-        )
+        # the evidence pins of the candidates mined from them, which ``upsert_candidates``
+        # keeps in ``candidate_evidence`` only (``stores/candidates.PINS_IN_EVIDENCE``): a
+        # partition's candidates cite ~1 episode per episode, and one ``Provenance`` object
+        # per cited episode, built and validated each night a unit was touched, was ~30% of a
+        # 1% night's partition CPU; columns, never Python objects (``EpisodePins``)
+        pins = episode_pins(table)
+        return cls(groups, clusters, index, subjects, col("goal"), actions, pins)
 
     def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
         return [self.actions[e] for e in ids]
@@ -728,7 +726,7 @@ class MinedPartition:
     claims: list[Candidate]
     blocked: dict[str, int]
     cluster_ids: set[str]
-    pins: dict[str, tuple[str | None, str | None]]
+    pins: EpisodePins
 
 
 def read_mine_state(stores: Stores, partition: Partition) -> MineState:
@@ -780,7 +778,7 @@ def compute_mining(
         claims=list(claims.candidates),
         blocked=dict(claims.blocked),
         cluster_ids=set(info.column("cluster_id").to_pylist()),
-        pins=evidence.pins(),
+        pins=evidence.pins,
     )
 
 
