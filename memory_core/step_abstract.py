@@ -316,22 +316,26 @@ def _freeze(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _variable(key: str, values: list[Any], sources_of: Callable[[str], int]) -> Variable:
-    """``values``: the argument in every call; ``sources_of(frozen)``: how many independent
-    sources (``_Origins``) gave the value whose ``_freeze`` is ``frozen``.
+def _variable(
+    key: str, values: list[tuple[Any, int]], sources_of: Callable[[str], int]
+) -> Variable:
+    """``values``: the argument's values and how many calls gave each (a value may repeat);
+    ``sources_of(frozen)``: how many independent sources (``_Origins``) gave the value whose
+    ``_freeze`` is ``frozen``.
 
     A value is shown to the tenant (as the constant, or as an example of a variable) only when
     ``MIN_CONSTANT_SOURCES`` sources gave it: one user's reservation id, gift card or dates
     are theirs, and a procedure that quoted them would show them to every other user and keep
     them after that user is forgotten."""
     distinct: dict[str, Any] = {}
-    for value in values:
+    for value, _ in values:
         distinct.setdefault(_freeze(value), value)
+    calls = sum(times for _, times in values)
     kinds = sorted({value_kind(key, v) for v in distinct.values()})
     kind = kinds[0] if len(kinds) == 1 else "mixed"
     if kind == "word":
         # a short word that recurs is an enumeration; all-different words are free values
-        kind = "enum" if len(distinct) < len(values) else "text"
+        kind = "enum" if len(distinct) < calls else "text"
     shared = [v for frozen, v in sorted(distinct.items(), key=lambda kv: kv[0])
               if sources_of(frozen) >= MIN_CONSTANT_SOURCES]  # fmt: skip
     if len(distinct) == 1 and shared and not _names_a_person(key, kind):
@@ -374,39 +378,61 @@ def _distinct_runs(
     return [*((key, n) for key, n in counts.items()), *out]
 
 
-def _distinct_sourced_runs(
+def _distinct_lists(
     runs: Iterable[Sequence[str | Step] | None], sources: Sequence[str | None] | None
-) -> list[tuple[Sequence[str | Step], str | None, int]]:
-    """``_distinct_runs`` per source: (action list, its subject or None, how many runs)."""
-    if sources is None:
-        return [(actions, None, n) for actions, n in _distinct_runs(runs)]
+) -> list[tuple[Sequence[str | Step], dict[Any, int], int]]:
+    """Each distinct action list once: (the list, the sources that made it with their weight,
+    how many runs made it).
+
+    A source is ``("subject", id)`` with weight 1 when the run's subject is known; runs of an
+    unknown subject (None, or no ``sources``) that made the same list are one source
+    ``("run", list)`` weighing as many runs. A list holding unhashable steps (dicts) is an
+    entry of its own. Why per list and not per run: the supporting runs of a procedure mostly
+    repeat a few action lists, so each list's steps are decoded, and each tool call's argument
+    values frozen, once per list; only the sets of sources grow with the runs (a 1% night at
+    1M episodes called this for ~11k procedures of ~250 runs each, BENCHMARKS.md s44)."""
     runs = list(runs)
-    if len(sources) != len(runs):
+    if sources is not None and len(sources) != len(runs):
         msg = f"abstract_steps: {len(sources)} sources for {len(runs)} runs"
         raise ValueError(msg)
-    by_source: dict[str | None, list[Sequence[str | Step] | None]] = {}
-    for actions, source in zip(runs, sources, strict=True):
-        by_source.setdefault(source, []).append(actions)
-    # runs of an unknown subject (None) stay runs: each is a source of its own
-    return [(a, source, n) for source, lists in by_source.items()
-            for a, n in _distinct_runs(lists)]  # fmt: skip
+    found: dict[tuple[str | Step, ...], tuple[dict[Any, int], list[int]]] = {}
+    alone: list[tuple[Sequence[str | Step], dict[Any, int], int]] = []
+    for index, actions in enumerate(runs):
+        source = sources[index] if sources is not None else None
+        key = tuple(actions or ())
+        try:
+            entry = found.get(key)
+        except TypeError:  # a step given as a dict
+            token = ("subject", source) if source is not None else ("run", index)
+            alone.append((key, {token: 1}, 1))
+            continue
+        if entry is None:
+            entry = found[key] = ({}, [0])
+        tokens, count = entry
+        count[0] += 1
+        if source is not None:
+            tokens[("subject", source)] = 1
+        else:
+            tokens[("run", key)] = tokens.get(("run", key), 0) + 1
+    return [*((key, tokens, count[0]) for key, (tokens, count) in found.items()), *alone]
 
 
 class _Origins:
     """Which independent sources made the calls of one signature, by argument value.
 
-    A source is a subject when the caller names who made each run, else a run (a distinct
-    action list made by ``times`` runs counts ``times``): how many sources agree on a value
-    decides whether a procedure may show it as a constant (``MIN_CONSTANT_SOURCES``)."""
+    A source is a subject when the caller names who made each run, else the runs of an
+    unknown subject that made one action list (weighing how many they are): how many sources
+    agree on a value decides whether a procedure may show it as a constant
+    (``MIN_CONSTANT_SOURCES``)."""
 
     def __init__(self) -> None:
         self.weight: dict[Any, int] = {}
         self.by_value: dict[tuple[str, str], set[Any]] = {}
 
-    def add(self, call: ToolCall, source: Any, weight: int) -> None:
-        self.weight[source] = weight
+    def add(self, call: ToolCall, sources: dict[Any, int]) -> None:
+        self.weight.update(sources)
         for key, value in call.args.items():
-            self.by_value.setdefault((key, _freeze(value)), set()).add(source)
+            self.by_value.setdefault((key, _freeze(value)), set()).update(sources)
 
     def agreeing(self, key: str, frozen: str) -> int:
         """How many sources gave ``key`` the value whose ``_freeze`` is ``frozen``."""
@@ -425,12 +451,11 @@ def abstract_steps(
     ``sources``: who made each run (its subject id), in the order of ``episodes_actions``:
     runs of one subject then count as one source for a constant (module docstring); without
     it, or for a run whose subject is None, each run is a source of its own."""
-    calls: dict[str, list[Step]] = {}
-    refused: dict[str, list[Step]] = {}  # calls the tool answered with an error
+    # per signature: each distinct step and how many calls made it
+    calls: dict[str, list[tuple[Step, int]]] = {}
+    refused: dict[str, list[tuple[Step, int]]] = {}  # calls the tool answered with an error
     origins: dict[bool, dict[str, _Origins]] = {False: {}, True: {}}
-    runs = _distinct_sourced_runs(episodes_actions, sources)
-    for index, (actions, source, times) in enumerate(runs):
-        token, weight = (("subject", source), 1) if source is not None else (("run", index), times)
+    for actions, made_by, times in _distinct_lists(episodes_actions, sources):
         for raw in actions:
             if isinstance(raw, str):
                 step, failed, sig = _stored(raw)
@@ -438,33 +463,36 @@ def abstract_steps(
                 step = as_step(raw)
                 failed = isinstance(step, ToolCall) and step.failed
                 sig = step_signature(step)
-            (refused if failed else calls).setdefault(sig, []).extend([step] * times)
+            (refused if failed else calls).setdefault(sig, []).append((step, times))
             if isinstance(step, ToolCall):
-                origins[failed].setdefault(sig, _Origins()).add(step, token, weight)
+                origins[failed].setdefault(sig, _Origins()).add(step, made_by)
     for sig, steps in refused.items():
         if sig not in calls:  # values are abstracted over the calls that worked
             calls[sig] = steps
             origins[False][sig] = origins[True][sig]  # a refused step is a tool call
     out: dict[str, AbstractStep] = {}
     for sig, steps in sorted(calls.items()):
-        first = steps[0]
+        first = steps[0][0]
+        made = sum(times for _, times in steps)
         if isinstance(first, str):
             kind = step_class(first, config, namespace)
-            out[sig] = AbstractStep(
-                sig, first, kind == "read_only", len(steps), control=kind == "control"
-            )
+            out[sig] = AbstractStep(sig, first, kind == "read_only", made,
+                                    control=kind == "control")  # fmt: skip
             continue
         keys = sorted(first.args)
         seen = origins[False][sig]  # every tool call's signature was added above
-        calls_made = [s for s in steps if isinstance(s, ToolCall)]
+        calls_made = [(s, times) for s, times in steps if isinstance(s, ToolCall)]
         variables = [
-            _variable(k, [s.args.get(k) for s in calls_made], functools.partial(seen.agreeing, k))
+            _variable(
+                k,
+                [(s.args.get(k), times) for s, times in calls_made],
+                functools.partial(seen.agreeing, k),
+            )
             for k in keys
         ]
         kind = step_class(first.tool, config, namespace)
-        out[sig] = AbstractStep(
-            sig, first.tool, kind == "read_only", len(steps), variables, kind == "control"
-        )
+        out[sig] = AbstractStep(sig, first.tool, kind == "read_only", made, variables,
+                                kind == "control")  # fmt: skip
     return out
 
 
