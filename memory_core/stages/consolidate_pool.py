@@ -47,6 +47,7 @@ from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.gc_pause import gc_paused
+from memory_core.stages.cluster import stage as cluster_stage
 from memory_core.stages.cluster.stage import (
     ClusterOutcome,
     ClusterResult,
@@ -55,6 +56,7 @@ from memory_core.stages.cluster.stage import (
     read_cluster_state,
     write_clusters,
 )
+from memory_core.stages.mine import stage as mine_stage
 from memory_core.stages.mine.stage import (
     MinedPartition,
     MineState,
@@ -64,6 +66,7 @@ from memory_core.stages.mine.stage import (
     read_mine_state,
     stage_mining,
 )
+from memory_core.stages.partitions import active_episodes_where
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
 from memory_core.stores.candidates import upsert_candidate_groups
@@ -75,6 +78,10 @@ from memory_core.stores.ledger import ledger_has
 __all__ = ["WORKER_ENVIRONMENT", "PartitionState", "consolidate_in_processes"]
 
 _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits on a write
+
+# What clustering and mining read of a partition's active episodes, in one scan: each stage
+# scanned them on its own (~5 ms a scan of 10k episodes, BENCHMARKS.md s44)
+_SCAN_COLUMNS = sorted({*cluster_stage.SCAN_COLUMNS, *mine_stage.SCAN_COLUMNS})
 
 # glibc's malloc arenas in a worker, unless the environment says otherwise. Why: lance's scan
 # threads, polars' and OpenBLAS's pools each get an arena of their own (up to 8 per core), and
@@ -166,12 +173,18 @@ def _compute(ctx: RunContext, partition: Partition, state: PartitionState, *,
     lance: LanceStore = _worker["lance"]
     t0 = time.perf_counter()
     with gc_paused():
+        scanned = None
+        if not recluster and state.cluster.members.num_rows:
+            # one scan for both stages (a first batch or a rebuild reads all the vectors too)
+            where = active_episodes_where(partition)
+            scanned = lance.scan("episodes", where=where, columns=_SCAN_COLUMNS)
         cluster = compute_clusters(lance, settings.cluster, ctx, partition, state.cluster,
-                                   recluster=recluster, steps=settings.steps)  # fmt: skip
+                                   recluster=recluster, steps=settings.steps,
+                                   scanned=scanned)  # fmt: skip
         t1 = time.perf_counter()
         clustering = cluster.result.clustering
         assert clustering is not None  # every compute path sets it
-        mined = compute_mining(lance, settings, partition, state.mine, clustering)
+        mined = compute_mining(lance, settings, partition, state.mine, clustering, scanned)
     cluster.result.clustering = None  # the writer needs the rows to save, not the state again
     seconds = {"cluster": t1 - t0, "mine": time.perf_counter() - t1}
     return _Computed(cluster=cluster, mined=mined, seconds=seconds)

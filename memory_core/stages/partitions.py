@@ -20,11 +20,20 @@ import pyarrow.compute as pc
 from memory_core.context import Partition
 from memory_core.models import content_hash
 from memory_core.stores import Stores
+from memory_core.stores.filters import sql_quote
 from memory_core.stores.ledger import get_watermarks
 
-__all__ = ["PartitionWork", "plan_partitions"]
+__all__ = ["PartitionWork", "active_episodes_where", "plan_partitions"]
 
 STAGE = "consolidate"
+
+
+def active_episodes_where(partition: Partition) -> str:
+    """The Lance filter of a partition's active episodes: what clustering and mining read."""
+    return (
+        f"tenant_id = {sql_quote(partition.tenant_id)} AND "
+        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
+    )
 
 
 @dataclass(frozen=True)

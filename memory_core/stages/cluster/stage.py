@@ -71,13 +71,14 @@ from memory_core.stages.cluster.leader import (
     unit_rows,
 )
 from memory_core.stages.cluster.selection import Choice, choose, sample_rows
+from memory_core.stages.partitions import active_episodes_where
 from memory_core.step_abstract import is_read_only, step_signature
 from memory_core.steps import ToolCall, as_step
 from memory_core.stores import MetaStore, Stores
 from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
 from memory_core.stores.filters import in_list
-from memory_core.stores.lance import LanceStore, sql_quote
+from memory_core.stores.lance import LanceStore
 
 __all__ = [
     "ClusterOutcome",
@@ -94,6 +95,8 @@ logger = logging.getLogger(__name__)
 
 _CODE_PATTERN = r'"error_code"\s*:\s*"(?P<code>[^"\\]*)"'
 _EPISODE_COLUMNS = ["episode_id", "subject_id", "occurred_at", "goal", "actions", "conditions"]
+# what an incremental night reads of every active episode of the partition (``_load_episodes``)
+SCAN_COLUMNS = [*_EPISODE_COLUMNS, "embedding_version"]
 
 
 @dataclass
@@ -176,8 +179,9 @@ _MAX_IDS = 5000  # ... and at most this many (a longer IN list costs more than i
 
 
 def _load_episodes(
-    lance: LanceStore, partition: Partition, known: pa.Array | None = None
-) -> tuple[pa.Table, np.ndarray, int, int]:
+    lance: LanceStore, partition: Partition, known: pa.Array | None = None,
+    scanned: pa.Table | None = None,
+) -> tuple[pa.Table, np.ndarray, int, int]:  # fmt: skip
     """Active, embedded episodes that carry actions or a goal and are not in ``known`` (ids
     already clustered), their vectors (rows in the same order), how many others were left
     out, and how many were kept before ``known``.
@@ -197,14 +201,18 @@ def _load_episodes(
     (or missing) version have their vector read for the check; the vector's own null decides.
     Vectors go to numpy before any reordering (an Arrow ``take`` of list rows cost ~0.25 s
     per 10k).
+
+    ``scanned``: the partition's active episodes as a caller read them for mining too (at
+    least ``SCAN_COLUMNS``), instead of a scan of its own; not on a first batch (that scan
+    reads the vectors).
     """
-    where = (
-        f"tenant_id = {sql_quote(partition.tenant_id)} AND "
-        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
-    )
+    where = active_episodes_where(partition)
     first = known is None or len(known) == 0
-    columns = [*_EPISODE_COLUMNS, "embedding_version", *(["vector"] if first else [])]
-    small = lance.scan("episodes", where=where, columns=columns)
+    columns = [*SCAN_COLUMNS, *(["vector"] if first else [])]
+    if scanned is not None and not first:
+        small = scanned.select(columns)
+    else:
+        small = lance.scan("episodes", where=where, columns=columns)
     small = _embedded_only(lance, where, small).drop_columns(["embedding_version"])
     lengths = pc.list_value_length(small.column("actions"))
     has_actions = pc.fill_null(pc.greater(lengths, 0), fill_value=False)
@@ -574,11 +582,14 @@ def compute_clusters(
     *,
     recluster: bool = False,
     steps: StepsConfig | None = None,
+    scanned: pa.Table | None = None,
 ) -> ClusterOutcome:
     """Place the partition's episodes given its stored ``state``: Lance reads and numeric
-    work, no DuckDB, so it runs in any process (``stages/consolidate_pool.py``)."""
+    work, no DuckDB, so it runs in any process (``stages/consolidate_pool.py``).
+    ``scanned``: its active episodes as the caller read them (``_load_episodes``)."""
     with one_blas_thread():  # small products; and the same BLAS results on every run
-        return _compute(lance, config, ctx, partition, state, recluster=recluster, steps=steps)
+        return _compute(lance, config, ctx, partition, state, recluster=recluster, steps=steps,
+                        scanned=scanned)  # fmt: skip
 
 
 def _compute(
@@ -590,6 +601,7 @@ def _compute(
     *,
     recluster: bool,
     steps: StepsConfig | None,
+    scanned: pa.Table | None = None,
 ) -> ClusterOutcome:
     steps = steps if steps is not None else StepsConfig()
     old_clusters, old_members, recorded = state.clusters, state.members, state.recorded
@@ -600,7 +612,7 @@ def _compute(
             "cluster %s: stored centroids have another dimension; rebuilding", partition.key
         )
     known = None if recluster or stale else old_members.column("episode_id").combine_chunks()
-    table, vectors, skipped, kept = _load_episodes(lance, partition, known)
+    table, vectors, skipped, kept = _load_episodes(lance, partition, known, scanned)
     fresh = recluster or stale or old_clusters.num_rows == 0
     if recluster or stale:
         inputs = _inputs(*_in_order(table, vectors), steps, partition.namespace)

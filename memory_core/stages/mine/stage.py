@@ -26,10 +26,12 @@ its procedure's id (its claim text embeds the conditions, which may change).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +64,7 @@ from memory_core.stages.mine.counterexamples import (
     wilson_lower_bound,
 )
 from memory_core.stages.mine.units import plan_units
+from memory_core.stages.partitions import active_episodes_where
 from memory_core.step_abstract import (
     AbstractStep,
     abstract_steps,
@@ -80,7 +83,7 @@ from memory_core.stores.candidates import (
     pending_keys,
     upsert_candidates,
 )
-from memory_core.stores.lance import LanceStore, sql_quote
+from memory_core.stores.lance import LanceStore
 from memory_core.stores.mine_units import load_units, save_units
 
 __all__ = [
@@ -99,7 +102,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_COLUMNS = [
+SCAN_COLUMNS = [
     "episode_id",
     "subject_id",
     "session_id",
@@ -113,6 +116,9 @@ _COLUMNS = [
     "content_hash",
     "text",
 ]
+# what mining reads of the episodes of the units it mines (``_Evidence``)
+_EVIDENCE_COLUMNS = ["episode_id", "subject_id", "session_id", "goal", "actions", "outcome",
+                     "conditions", "content_hash"]  # fmt: skip
 _SUPPORT_RUNS = 20  # supporting runs a procedure lists (their step signatures) in its stats
 
 
@@ -185,13 +191,16 @@ def _with_claims(table: Any) -> Any:
     return pc.fill_null(pc.not_equal(table.column("claims"), "[]"), fill_value=False)
 
 
-def _scan(lance: LanceStore, partition: Partition) -> tuple[int, Any, Any]:
-    """(active episodes, those with actions or claims, which of those have actions)."""
-    where = (
-        f"tenant_id = {sql_quote(partition.tenant_id)} AND "
-        f"namespace = {sql_quote(partition.namespace)} AND status = 'active'"
-    )
-    table = lance.scan("episodes", where=where, columns=_COLUMNS)
+def _scan(
+    lance: LanceStore, partition: Partition, scanned: pa.Table | None = None
+) -> tuple[int, Any, Any]:
+    """(active episodes, those with actions or claims, which of those have actions);
+    ``scanned``: the partition's active episodes as the caller read them."""
+    where = active_episodes_where(partition)
+    if scanned is not None:
+        table = scanned.select(SCAN_COLUMNS)
+    else:
+        table = lance.scan("episodes", where=where, columns=SCAN_COLUMNS)
     total = table.num_rows
     has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
     keep = pc.or_kleene(_with_claims(table), has_actions)
@@ -206,7 +215,7 @@ def _claim_rows(table: Any) -> list[dict[str, Any]]:
     ``Table.to_pylist``).
     """
     table = table.filter(_with_claims(table))
-    names = [name for name in _COLUMNS if name not in ("conditions", "claims")]
+    names = [name for name in SCAN_COLUMNS if name not in ("conditions", "claims")]
     rows = [
         dict(zip(names, values, strict=True))
         for values in zip(*(table.column(name).to_pylist() for name in names), strict=True)
@@ -232,31 +241,26 @@ class _Evidence:
 
     Why columns: a partition of 10k episodes was 10k dicts built and read once each; mining
     decides per group of episodes it cannot tell apart (``EpisodeGroup``) and needs a few
-    fields of the few episodes a candidate cites (its pins, its support's actions and goals),
-    so those are looked up by position. An episode's actions are its group's (one list per
+    fields of the few episodes a candidate cites (its pins, its support's actions, subjects
+    and goals), so those are looked up by id. An episode's actions are its group's (one list per
     group, from the group-by: converting the actions column per episode was ~70% of turning
     a partition's columns into lists).
     """
 
     groups: dict[str, list[EpisodeGroup]]  # by unit key, units in key order
     clusters: dict[str, list[str]]  # by unit key: its clusters holding an episode with actions
-    index: dict[str, int]
-    subject_id: list[str | None]
-    goal: list[str | None]
-    actions: dict[str, list[str]]  # by episode id: its group's action list
+    subject: dict[str, str | None]  # by episode id
+    actions: dict[str, tuple[str, ...]]  # by episode id: its group's action list
     pins: EpisodePins
+    table: Any  # the episodes, in id order
 
     @classmethod
     def of(cls, table: Any, units: pl.DataFrame, settings: Settings, namespace: str) -> _Evidence:
         """The episodes of ``table`` in id order; ``units``: (episode_id, cluster_id, unit) of
         the episodes with actions in a cluster, the ones mining groups."""
         table = table.take(pc.sort_indices(table, sort_keys=[("episode_id", "ascending")]))
-
-        def col(name: str) -> list[Any]:
-            return table.column(name).to_pylist()
-
-        ids, subjects = col("episode_id"), col("subject_id")
-        index = {eid: i for i, eid in enumerate(ids)}
+        ids = table.column("episode_id").to_pylist()
+        subject = dict(zip(ids, table.column("subject_id").to_pylist(), strict=True))
         groups, clusters, actions = _groups(table, units, settings, namespace)
         # the evidence pins of the candidates mined from them, which ``upsert_candidates``
         # keeps in ``candidate_evidence`` only (``stores/candidates.PINS_IN_EVIDENCE``): a
@@ -264,26 +268,33 @@ class _Evidence:
         # per cited episode, built and validated each night a unit was touched, was ~30% of a
         # 1% night's partition CPU; columns, never Python objects (``EpisodePins``)
         pins = episode_pins(table)
-        return cls(groups, clusters, index, subjects, col("goal"), actions, pins)
+        return cls(groups, clusters, subject, actions, pins, table)
 
-    def actions_of(self, ids: tuple[str, ...]) -> list[list[str]]:
+    def actions_of(self, ids: tuple[str, ...]) -> list[tuple[str, ...]]:
         return [self.actions[e] for e in ids]
 
     def subjects_of(self, ids: tuple[str, ...]) -> list[str | None]:
         """Who made each run: runs of one subject agree with themselves, so a value they all
         gave is no constant of the procedure (``step_abstract.abstract_steps``)."""
-        index, subject = self.index, self.subject_id
-        return [subject[index[e]] for e in ids]
+        subject = self.subject
+        return [subject[e] for e in ids]
+
+    @functools.cached_property
+    def goal(self) -> dict[str, str | None]:
+        """Each episode's goal by id: read only when a procedure's problem has no error code
+        to name it (``_problem``)."""
+        ids = self.table.column("episode_id").to_pylist()
+        return dict(zip(ids, self.table.column("goal").to_pylist(), strict=True))
 
     def goals_of(self, ids: tuple[str, ...]) -> list[tuple[str, str]]:
         """(goal, subject) of each episode: what names the problem (``_problem``)."""
-        index, goal, subject = self.index, self.goal, self.subject_id
-        return [(goal[index[e]] or "", subject[index[e]] or "") for e in ids]
+        goal, subject = self.goal, self.subject
+        return [(goal[e] or "", subject[e] or "") for e in ids]
 
 
 def _groups(
     table: Any, units: pl.DataFrame, settings: Settings, namespace: str
-) -> tuple[dict[str, list[EpisodeGroup]], dict[str, list[str]], dict[str, list[str]]]:
+) -> tuple[dict[str, list[EpisodeGroup]], dict[str, list[str]], dict[str, tuple[str, ...]]]:
     """Each unit's episodes (``table`` in id order) grouped by (actions, outcome, conditions
     text), in polars: the per-episode work is a group-by, not a Python loop. Each distinct
     action list is patterned once and each distinct conditions text parsed once (one shared
@@ -314,10 +325,10 @@ def _groups(
     patterns: dict[tuple[str, ...], tuple[str, ...]] = {}
     parsed: dict[str | None, dict[str, str]] = {}
     out: dict[str, list[EpisodeGroup]] = {}
-    actions: dict[str, list[str]] = {}
+    actions: dict[str, tuple[str, ...]] = {}
     for unit, acts, result, cond, ids, subjects, sessions in rows.iter_rows():
-        actions.update(dict.fromkeys(ids, acts or []))
         key = tuple(acts or ())
+        actions.update(dict.fromkeys(ids, key))  # a tuple: abstract_steps keys runs by it
         pattern = patterns.get(key)
         if pattern is None:
             pattern = patterns[key] = pattern_of(key, settings.steps, namespace)
@@ -373,16 +384,21 @@ _STOP = frozenset(
 )
 
 
-def _problem(context: dict[str, str], goals: list[tuple[str, str]]) -> tuple[str, str]:
+def _problem(
+    context: dict[str, str], goals_of: Callable[[], list[tuple[str, str]]]
+) -> tuple[str, str]:
     """(human phrase, short key) naming the problem a cluster is about.
 
     A tenant-scope procedure must not quote one person: a goal is used verbatim only when at
     least two subjects stated it; otherwise the phrase is the words most of the goals share
-    (stated by two subjects or more), and failing that a neutral phrase.
+    (stated by two subjects or more), and failing that a neutral phrase. ``goals_of``: the
+    (goal, subject) of each success, asked for only when no error code names the problem
+    (one lookup per success: most procedures have a code).
     """
     code = context.get("error_code")
     if code:
         return f"error {code}", f"error_{code}"
+    goals = goals_of()
     by_goal: dict[str, set[str]] = {}
     for goal, subject in goals:
         if goal and goal.strip():
@@ -611,7 +627,8 @@ def _mine_clusters(
             )
             if not shown:
                 continue  # nothing done and nothing looked up: no procedure to show
-            phrase, pkey = _problem(finding.conditions, evidence.goals_of(finding.success_ids))
+            goals = functools.partial(evidence.goals_of, finding.success_ids)
+            phrase, pkey = _problem(finding.conditions, goals)
             runs = [_signatures(acts, signatures) for acts in support[:_SUPPORT_RUNS]]
             proc = _procedural(finding, partition, cid, phrase, version, shown, abstract, runs)
             unit.procedural.append(proc)
@@ -743,11 +760,13 @@ def compute_mining(
     partition: Partition,
     state: MineState,
     clustering: tuple[pa.Table, pa.Table],
+    scanned: pa.Table | None = None,
 ) -> MinedPartition:
     """Mine the partition's changed units and its claims from Lance and ``state``: no DuckDB,
     so it runs in any process (``stages/consolidate_pool.py``). ``clustering``: the partition's
-    (clusters, members) as stored after clustering."""
-    total, table, has_actions = _scan(lance, partition)
+    (clusters, members) as stored after clustering; ``scanned``: its active episodes as the
+    caller read them (at least ``SCAN_COLUMNS``), instead of a scan of its own."""
+    total, table, has_actions = _scan(lance, partition, scanned)
     result = MiningResult(partition.key, episodes=total)
     info, members = clustering
     plan = plan_units(table, has_actions, info, members, _mining_config(settings, partition))
@@ -756,7 +775,8 @@ def compute_mining(
     touched = set(plan.fingerprints) - set(kept)
     # only the units to mine are read: a kept unit's episodes (claims or not) are not re-mined
     ids = plan.episode_ids(touched)
-    remined = table.filter(pc.is_in(table.column("episode_id"), value_set=ids))
+    evidence_columns = table.select(_EVIDENCE_COLUMNS)  # not texts nor claims: ~1M rows a night
+    remined = evidence_columns.filter(pc.is_in(table.column("episode_id"), value_set=ids))
     evidence = _Evidence.of(remined, plan.episodes, settings, partition.namespace)
     units = _mine_clusters(settings, partition, evidence, members)
     result.clusters = plan.clusters
