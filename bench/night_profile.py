@@ -74,7 +74,7 @@ RULES: list[tuple[str, Callable[[list[str]], bool]]] = [
     ("upsert: content hashes", _under("upsert_candidates", "Candidate.content_hash")),
     ("upsert: bodies + INSERT ON CONFLICT", _in("_write")),
     ("upsert: stored statuses read, decisions", _in("upsert_candidates")),
-    ("mine: unit state saved", _in("save_units")),
+    ("mine: unit state saved", _in("save_partitions_units")),
     ("mine: other", _in("mine_partition")),
     ("partition: ledger, watermark", _any("record_stage", "set_watermark", "ledger_has")),
     ("partition: commit", _under("consolidate_partition", "MetaStore.atomic")),

@@ -53,7 +53,7 @@ _TIMED = [
     (_MINE, "_keep_twins", "mining: _keep_twins"),
     (_MINE, "_stale", "mining: _stale"),
     (_POOL, "upsert_candidate_groups", "mining: upsert (all)"),
-    (_MINE, "save_units", "mining: save_units"),
+    (_MINE, "save_partitions_units", "mining: save_units"),
     (_CANDS, "_keep_decisions", "upsert: _keep_decisions"),
     (_CANDS, "_write", "upsert: _write (bodies+insert+evid)"),
     (_CANDS, "_evidence_table", "upsert: _evidence_table"),

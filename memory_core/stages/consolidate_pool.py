@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -67,15 +68,22 @@ from memory_core.stages.mine.stage import (
     stage_mining,
 )
 from memory_core.stages.partitions import active_episodes_where
-from memory_core.stages.stage_ledger import LedgeredWork, run_once
+from memory_core.stages.stage_ledger import Done, LedgeredWork, record_done
 from memory_core.stores import Stores
 from memory_core.stores.candidates import upsert_candidate_groups
 from memory_core.stores.clusters import save_new_clusters
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lance_read import LanceReader
 from memory_core.stores.ledger import ledger_has
+from memory_core.stores.mine_units import save_partitions_units
 
 __all__ = ["WORKER_ENVIRONMENT", "PartitionState", "consolidate_in_processes"]
+
+
+def _now() -> datetime:
+    """The wall clock the ledger keeps a partition's start and finish by."""
+    return datetime.now(UTC)
+
 
 _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits on a write
 
@@ -223,11 +231,14 @@ class _Staged(NamedTuple):
 
 class _CommitGroup:
     """The writes of a commit group's partitions (inside its transaction): each partition's in
-    ``consolidate_partition``'s order and under its ledger entry, with its crash points,
-    except that the group's candidates are upserted in one call
-    (``candidates.upsert_candidate_groups``) between the partitions' reads and their
-    finishing writes. Partitions never share a candidate (ids name tenant and namespace), so
-    the stored rows are the per-partition calls' (tests/stages/test_consolidate_pool.py).
+    ``consolidate_partition``'s order, with its crash points, except that the group shares
+    statements where their fixed cost was paid per partition: the candidates are upserted in
+    one call (``candidates.upsert_candidate_groups``) between the partitions' reads and their
+    finishing writes, and after those the unit state (``save_partitions_units``), the
+    watermarks and the ledger entries (``stage_ledger.record_done``) go in one statement each,
+    the ledger's last as its protocol needs. Partitions never share a candidate, a unit or a
+    ledger entry (all name tenant and namespace), so the stored rows are the per-partition
+    calls' (tests/stages/test_consolidate_pool.py).
 
     A partition's mining is staged (and a recluster's clusters written) as soon as it is
     ``add``-ed, so the workers keep computing the next ones meanwhile; only the incremental
@@ -236,9 +247,8 @@ class _CommitGroup:
     wait for the group (``flush``). Staging whole groups first made the workers idle while the
     writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
 
-    The ledger is checked before a partition is computed (``refill``), not again here: its
-    clusters are written before ``run_once`` would skip it, and nothing else writes the
-    ledger while this process holds DuckDB and the run its lease."""
+    The ledger is checked before a partition is computed (``refill``), not again here:
+    nothing else writes the ledger while this process holds DuckDB and the run its lease."""
 
     def __init__(self, stores: Stores, settings: Settings, ctx: RunContext) -> None:
         self.stores, self.settings, self.ctx = stores, settings, ctx
@@ -276,31 +286,34 @@ class _CommitGroup:
                 run_id=ctx.run_id, now=ctx.now, pins=pins,
             )  # fmt: skip
         share = (time.perf_counter() - t2) / max(1, len(staged))
-        out = []
+        out, done, unit_saves = [], [], []
         for i, item in enumerate(staged):
-
-            def work(i: int = i, item: _Staged = item) -> dict[str, Any]:
-                if not ctx.dry_run:
-                    crash_point("mine.upserted")
-                t3 = time.perf_counter()
-                mined = finish_mining(stores, ctx, item.unit.partition, item.mining,
-                                      upserted.get(i))  # fmt: skip
-                finished_s = time.perf_counter() - t3
-                crash_point("partition.mined")
-                spent = item.compute_s
-                return {
-                    "cluster": item.clustered.as_dict(),
-                    "mine": mined.as_dict(),
-                    # compute (in a worker) + write (here), per stage, as the threads path
-                    # reports; the group's upsert shared evenly
-                    "seconds": {
-                        "cluster": round(spent["cluster"] + item.cluster_s, 3),
-                        "mine": round(spent["mine"] + item.staged_s + share + finished_s, 3),
-                    },
-                }
-
-            result = run_once(stores.meta, item.unit, work, run_id=ctx.run_id, now=ctx.now)
+            if not ctx.dry_run:
+                crash_point("mine.upserted")
+            started = _now()
+            t3 = time.perf_counter()
+            mined = finish_mining(stores, ctx, item.unit.partition, item.mining, upserted.get(i),
+                                  unit_saves=unit_saves)  # fmt: skip
+            finished_s = time.perf_counter() - t3
+            crash_point("partition.mined")
+            spent = item.compute_s
+            result = {
+                "partition": item.unit.partition.key,
+                "skipped": False,
+                "cluster": item.clustered.as_dict(),
+                "mine": mined.as_dict(),
+                # compute (in a worker) + write (here), per stage, as the threads path
+                # reports; the group's upsert shared evenly
+                "seconds": {
+                    "cluster": round(spent["cluster"] + item.cluster_s, 3),
+                    "mine": round(spent["mine"] + item.staged_s + share + finished_s, 3),
+                },
+            }
+            done.append(Done(item.unit, result, started, _now()))
             out.append((item.key, result))
+        # the group's unit state, watermarks and ledger entries, one statement each
+        save_partitions_units(stores.meta, unit_saves, run_id=ctx.run_id, now=ctx.now)
+        record_done(stores.meta, done, run_id=ctx.run_id, now=ctx.now)
         self.staged, self.new_members, self.new_clusters = [], 0, []
         return out
 

@@ -15,17 +15,23 @@ no orchestrator: flows call :func:`run_once`, and so can the CLI or a test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from memory_core.context import Partition
 from memory_core.crash import crash_point
-from memory_core.stores.ledger import ledger_has, record_stage, set_watermark
+from memory_core.stores.ledger import (
+    StageEntry,
+    Watermark,
+    ledger_has,
+    record_stages,
+    set_watermarks,
+)
 from memory_core.stores.meta import MetaStore
 
-__all__ = ["LedgeredWork", "run_once"]
+__all__ = ["Done", "LedgeredWork", "record_done", "run_once"]
 
 
 @dataclass(frozen=True)
@@ -58,25 +64,44 @@ def run_once(
         return {"partition": key, "skipped": True}
     started = clock()
     result = {"partition": key, "skipped": False, **work()}
-    if unit.watermark_at is not None:
-        set_watermark(
-            meta,
-            tenant_id=unit.partition.tenant_id,
-            namespace=unit.partition.namespace,
-            stage=unit.stage,
-            recorded_at=unit.watermark_at,
-            run_id=run_id,
-            now=now,
-        )
-    crash_point("partition.watermark")
-    record_stage(
-        meta,
-        stage=unit.stage,
-        partition_key=key,
-        input_hash=unit.input_hash,
-        run_id=run_id,
-        started_at=started,
-        finished_at=clock(),
-        result=result,
-    )
+    record_done(meta, [Done(unit, result, started, clock())], run_id=run_id, now=now)
     return result
+
+
+@dataclass(frozen=True)
+class Done:
+    """A unit's finished work (steps 1-2 of the protocol), its result and wall-clock span."""
+
+    unit: LedgeredWork
+    result: dict[str, Any]
+    started_at: datetime
+    finished_at: datetime
+
+
+def record_done(meta: MetaStore, done: Sequence[Done], *, run_id: str, now: datetime) -> None:
+    """Steps 3 and 4 for finished work: the watermarks, then the ledger entries, one statement
+    each for all of it. Several units at once only inside one transaction with their work
+    (the process pool's commit groups, ``stages/consolidate_pool.py``): a crash then undoes
+    all of it, as the protocol needs; their statements' fixed cost was paid per partition
+    (BENCHMARKS.md s44)."""
+    set_watermarks(
+        meta,
+        [
+            Watermark(d.unit.partition.tenant_id, d.unit.partition.namespace, d.unit.stage,
+                      d.unit.watermark_at)
+            for d in done
+            if d.unit.watermark_at is not None
+        ],
+        run_id=run_id,
+        now=now,
+    )  # fmt: skip
+    for _ in done:
+        crash_point("partition.watermark")
+    record_stages(
+        meta,
+        [
+            StageEntry(d.unit.stage, d.unit.partition.key, d.unit.input_hash, run_id,
+                       d.started_at, d.finished_at, d.result)
+            for d in done
+        ],
+    )  # fmt: skip

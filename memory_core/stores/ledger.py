@@ -8,20 +8,27 @@ episodes have been consolidated.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
+
+import pyarrow as pa
 
 from memory_core.stores.meta import MetaStore
 from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
+    "StageEntry",
+    "Watermark",
     "finish_run",
     "get_watermarks",
     "ledger_has",
-    "record_stage",
-    "set_watermark",
+    "record_stages",
+    "set_watermarks",
     "start_run",
 ]
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def start_run(
@@ -63,31 +70,45 @@ def ledger_has(meta: MetaStore, *, stage: str, partition_key: str, input_hash: s
     return row is not None
 
 
-def record_stage(
-    meta: MetaStore,
-    *,
-    stage: str,
-    partition_key: str,
-    input_hash: str,
-    run_id: str,
-    started_at: datetime,
-    finished_at: datetime,
-    result: dict[str, Any],
-) -> None:
+class StageEntry(NamedTuple):
+    """A finished unit of stage work, as the ledger keeps it."""
+
+    stage: str
+    partition_key: str
+    input_hash: str
+    run_id: str
+    started_at: datetime
+    finished_at: datetime
+    result: dict[str, Any]
+
+
+def record_stages(meta: MetaStore, entries: Sequence[StageEntry]) -> None:
+    """Record finished work, one statement for all of it (an existing entry is kept)."""
+    if not entries:
+        return
+    rows = pa.table(
+        {
+            "stage": pa.array([e.stage for e in entries], pa.string()),
+            "partition_key": pa.array([e.partition_key for e in entries], pa.string()),
+            "input_hash": pa.array([e.input_hash for e in entries], pa.string()),
+            "run_id": pa.array([e.run_id for e in entries], pa.string()),
+            "started_at": pa.array([e.started_at for e in entries], _TIMESTAMP),
+            "finished_at": pa.array([e.finished_at for e in entries], _TIMESTAMP),
+            "result": pa.array(
+                [json.dumps(e.result, default=str, sort_keys=True) for e in entries], pa.string()
+            ),
+        }
+    )
     with meta.transaction() as con:
-        con.execute(
-            """INSERT INTO stage_ledger VALUES (?, ?, ?, ?, 'done', ?, ?, ?)
-            ON CONFLICT (stage, partition_key, input_hash) DO NOTHING""",
-            [
-                stage,
-                partition_key,
-                input_hash,
-                run_id,
-                started_at,
-                finished_at,
-                json.dumps(result, default=str, sort_keys=True),
-            ],
-        )
+        con.register("_stage_entries", rows)
+        try:
+            con.execute(
+                """INSERT INTO stage_ledger SELECT stage, partition_key, input_hash, run_id,
+                'done', started_at, finished_at, result FROM _stage_entries
+                ON CONFLICT (stage, partition_key, input_hash) DO NOTHING"""
+            )
+        finally:
+            con.unregister("_stage_entries")
 
 
 def get_watermarks(meta: MetaStore, *, stage: str) -> dict[tuple[str, str], datetime]:
@@ -98,21 +119,39 @@ def get_watermarks(meta: MetaStore, *, stage: str) -> dict[tuple[str, str], date
     return {(t, n): r for t, n, r in rows}
 
 
-def set_watermark(
-    meta: MetaStore,
-    *,
-    tenant_id: str,
-    namespace: str,
-    stage: str,
-    recorded_at: datetime,
-    run_id: str,
-    now: datetime,
+class Watermark(NamedTuple):
+    """How far one partition's episodes are consolidated by a stage."""
+
+    tenant_id: str
+    namespace: str
+    stage: str
+    recorded_at: datetime
+
+
+def set_watermarks(
+    meta: MetaStore, marks: Sequence[Watermark], *, run_id: str, now: datetime
 ) -> None:
+    """Move watermarks forward (never back), one statement for all of them."""
+    if not marks:
+        return
+    rows = pa.table(
+        {
+            "tenant_id": pa.array([m.tenant_id for m in marks], pa.string()),
+            "namespace": pa.array([m.namespace for m in marks], pa.string()),
+            "stage": pa.array([m.stage for m in marks], pa.string()),
+            "recorded_at": pa.array([m.recorded_at for m in marks], _TIMESTAMP),
+        }
+    )
     with meta.transaction() as con:
-        con.execute(
-            """INSERT INTO watermarks VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT (tenant_id, namespace, stage) DO UPDATE SET
-            recorded_at = greatest(watermarks.recorded_at, excluded.recorded_at),
-            run_id = excluded.run_id, updated_at = excluded.updated_at""",
-            [tenant_id, namespace, stage, recorded_at, run_id, now],
-        )
+        con.register("_watermarks_new", rows)
+        try:
+            con.execute(
+                """INSERT INTO watermarks SELECT tenant_id, namespace, stage, recorded_at, ?, ?
+                FROM _watermarks_new
+                ON CONFLICT (tenant_id, namespace, stage) DO UPDATE SET
+                recorded_at = greatest(watermarks.recorded_at, excluded.recorded_at),
+                run_id = excluded.run_id, updated_at = excluded.updated_at""",
+                [run_id, now],
+            )
+        finally:
+            con.unregister("_watermarks_new")

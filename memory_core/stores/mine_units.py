@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from memory_core.stores.meta import MetaStore
 
-__all__ = ["load_units", "save_units"]
+__all__ = ["UnitSave", "load_units", "save_partitions_units"]
 
 
 def load_units(meta: MetaStore, tenant_id: str, namespace: str) -> dict[str, tuple[str, dict]]:
@@ -30,44 +30,70 @@ def load_units(meta: MetaStore, tenant_id: str, namespace: str) -> dict[str, tup
     return {key: (fp, json.loads(produced)) for key, fp, produced in rows}
 
 
-def save_units(
-    meta: MetaStore,
-    tenant_id: str,
-    namespace: str,
-    units: dict[str, tuple[str, dict[str, Any]]],
-    *,
-    keep: set[str],
-    run_id: str,
-    now: datetime,
+class UnitSave(NamedTuple):
+    """One partition's mined units: ``units`` upserted, its other rows not in ``keep``
+    deleted (units that no longer exist must not be carried forward)."""
+
+    tenant_id: str
+    namespace: str
+    units: dict[str, tuple[str, dict[str, Any]]]
+    keep: set[str]
+
+
+def save_partitions_units(
+    meta: MetaStore, saves: list[UnitSave], *, run_id: str, now: datetime
 ) -> None:
-    """Upsert ``units`` and delete the partition's other rows not in ``keep``, in one
-    transaction (units that no longer exist must not be carried forward)."""
+    """Save several partitions' units (``UnitSave``) in one delete and one upsert, in one
+    transaction. Why: the process pool's writer finishes a commit group's partitions together,
+    and the two statements' fixed cost (~2-3 ms each, an upsert's ``ON CONFLICT`` most of it)
+    was paid per partition (BENCHMARKS.md s44)."""
+    if not saves:
+        return
     rows = pa.table(
         {
-            "unit_key": pa.array(list(units), pa.string()),
-            "fingerprint": pa.array([fp for fp, _ in units.values()], pa.string()),
+            "tenant_id": pa.array([s.tenant_id for s in saves for _ in s.units], pa.string()),
+            "namespace": pa.array([s.namespace for s in saves for _ in s.units], pa.string()),
+            "unit_key": pa.array([u for s in saves for u in s.units], pa.string()),
+            "fingerprint": pa.array([fp for s in saves for fp, _ in s.units.values()], pa.string()),
             "produced": pa.array(
-                [json.dumps(p, sort_keys=True) for _, p in units.values()], pa.string()
+                [json.dumps(p, sort_keys=True) for s in saves for _, p in s.units.values()],
+                pa.string(),
             ),
         }
     )
-    alive = pa.table({"unit_key": pa.array(sorted(keep | set(units)), pa.string())})
+    alive_keys = [(s.tenant_id, s.namespace, sorted(s.keep | set(s.units))) for s in saves]
+    alive = pa.table(
+        {
+            "tenant_id": pa.array([t for t, _, keys in alive_keys for _ in keys], pa.string()),
+            "namespace": pa.array([n for _, n, keys in alive_keys for _ in keys], pa.string()),
+            "unit_key": pa.array([k for _, _, keys in alive_keys for k in keys], pa.string()),
+        }
+    )
+    parts = pa.table(
+        {
+            "tenant_id": pa.array([s.tenant_id for s in saves], pa.string()),
+            "namespace": pa.array([s.namespace for s in saves], pa.string()),
+        }
+    )
     with meta.transaction() as con:
         con.register("_mine_units_new", rows)
         con.register("_mine_units_alive", alive)
+        con.register("_mine_units_parts", parts)
         try:
             con.execute(
-                "DELETE FROM mine_units WHERE tenant_id = ? AND namespace = ? "
-                "AND unit_key NOT IN (SELECT unit_key FROM _mine_units_alive)",
-                [tenant_id, namespace],
+                "DELETE FROM mine_units m WHERE (m.tenant_id, m.namespace) IN "
+                "(SELECT tenant_id, namespace FROM _mine_units_parts) AND NOT EXISTS ("
+                "SELECT 1 FROM _mine_units_alive a WHERE a.tenant_id = m.tenant_id "
+                "AND a.namespace = m.namespace AND a.unit_key = m.unit_key)"
             )
             con.execute(
-                "INSERT INTO mine_units SELECT ?, ?, unit_key, fingerprint, produced, ?, ? "
-                "FROM _mine_units_new ON CONFLICT (tenant_id, namespace, unit_key) DO UPDATE "
-                "SET fingerprint = excluded.fingerprint, produced = excluded.produced, "
+                "INSERT INTO mine_units SELECT tenant_id, namespace, unit_key, fingerprint, "
+                "produced, ?, ? FROM _mine_units_new ON CONFLICT (tenant_id, namespace, unit_key) "
+                "DO UPDATE SET fingerprint = excluded.fingerprint, produced = excluded.produced, "
                 "run_id = excluded.run_id, mined_at = excluded.mined_at",
-                [tenant_id, namespace, run_id, now],
+                [run_id, now],
             )
         finally:
             con.unregister("_mine_units_new")
             con.unregister("_mine_units_alive")
+            con.unregister("_mine_units_parts")

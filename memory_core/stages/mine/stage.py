@@ -84,7 +84,7 @@ from memory_core.stores.candidates import (
     upsert_candidates,
 )
 from memory_core.stores.lance import LanceStore
-from memory_core.stores.mine_units import load_units, save_units
+from memory_core.stores.mine_units import UnitSave, load_units, save_partitions_units
 
 __all__ = [
     "MineState",
@@ -841,18 +841,23 @@ def stage_mining(
 
 def finish_mining(
     stores: Stores, ctx: RunContext, partition: Partition, staged: StagedMining,
-    upserted: dict[str, int] | None,
+    upserted: dict[str, int] | None, *, unit_saves: list[UnitSave] | None = None,
 ) -> MiningResult:  # fmt: skip
     """``write_mining`` after the upsert (``upserted``: its counts; None on a dry run): unit
-    state saved, blocked claims audited; the result."""
+    state saved (or added to ``unit_saves``, for the caller to save with other partitions'
+    in the same transaction: ``mine_units.save_partitions_units``), blocked claims audited;
+    the result."""
     mined = staged.mined
     result = mined.result
     if upserted is not None:
         result.upserted = upserted
         done_units = staged.done_units
         fingerprints = {key: (mined.fingerprints[key], done_units[key]) for key in done_units}
-        save_units(stores.meta, partition.tenant_id, partition.namespace, fingerprints,
-                   keep=set(mined.kept), run_id=ctx.run_id, now=ctx.now)  # fmt: skip
+        save = UnitSave(partition.tenant_id, partition.namespace, fingerprints, set(mined.kept))
+        if unit_saves is not None:
+            unit_saves.append(save)
+        else:
+            save_partitions_units(stores.meta, [save], run_id=ctx.run_id, now=ctx.now)
         result.blocked_claims = _count_blocked(stores, ctx, partition, mined.blocked)
     logger.info(
         "mine %s run=%s episodes=%d clusters=%d procedural=%d passed=%d preferences=%d "
