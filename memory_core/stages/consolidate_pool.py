@@ -65,6 +65,7 @@ from memory_core.stages.mine.stage import (
     compute_mining,
     finish_mining,
     read_mine_state,
+    settle_twins,
     stage_mining,
 )
 from memory_core.stages.partitions import active_episodes_where
@@ -243,9 +244,10 @@ class _CommitGroup:
     A partition's mining is staged (and a recluster's clusters written) as soon as it is
     ``add``-ed, so the workers keep computing the next ones meanwhile; only the incremental
     clusters' save (``cluster_store.save_new_clusters``: one for the group, its statements'
-    fixed cost was paid per partition, BENCHMARKS.md s43), the upsert and the finishing writes
-    wait for the group (``flush``). Staging whole groups first made the workers idle while the
-    writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
+    fixed cost was paid per partition, BENCHMARKS.md s43), the twins' check against the store
+    (``mine.stage.settle_twins``: one read for the group, s44), the upsert and the finishing
+    writes wait for the group (``flush``). Staging whole groups first made the workers idle
+    while the writer wrote ten partitions (a first night at 1M: +2 s, BENCHMARKS.md s42).
 
     The ledger is checked before a partition is computed (``refill``), not again here:
     nothing else writes the ledger while this process holds DuckDB and the run its lease."""
@@ -277,6 +279,7 @@ class _CommitGroup:
         stores, ctx, staged = self.stores, self.ctx, self.staged
         t2 = time.perf_counter()
         save_new_clusters(stores.meta, self.new_clusters)
+        settle_twins(stores, [item.mining for item in staged])
         upserted: dict[int, dict[str, int]] = {}
         if not ctx.dry_run:
             # partitions never share an episode; the tables' buffers are not copied

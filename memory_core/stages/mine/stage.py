@@ -96,6 +96,7 @@ __all__ = [
     "mine_partition",
     "procedural_candidate_id",
     "read_mine_state",
+    "settle_twins",
     "stage_mining",
     "write_mining",
 ]
@@ -647,18 +648,25 @@ def _signatures(actions: list[Any], cache: dict[tuple[str, ...], list[str]]) -> 
     return list(cache[key])
 
 
-def _keep_twins(stores: Stores, units: dict[str, _UnitOut]) -> None:
+def _keep_twins(stores: Stores, units: list[dict[str, _UnitOut]]) -> None:
     """A twin of a failing procedure is kept (in step, as auto_rejected) only when it was
-    stored before; one that never passed is not written at all."""
-    twins = [t for unit in units.values() for t in unit.twins]
-    failing = [t.candidate_id for t in twins if t.status != CandidateStatus.pending_score]
-    existing = existing_ids(stores.meta, failing)
-    for unit in units.values():
-        unit.twins = [
-            t
-            for t in unit.twins
-            if t.status == CandidateStatus.pending_score or t.candidate_id in existing
-        ]
+    stored before; one that never passed is not written at all. ``units``: several
+    partitions' units, looked up in one read."""
+    failing = [
+        t.candidate_id
+        for by_key in units
+        for unit in by_key.values()
+        for t in unit.twins
+        if t.status != CandidateStatus.pending_score
+    ]
+    existing = existing_ids(stores.meta, failing) if failing else set()
+    for by_key in units:
+        for unit in by_key.values():
+            unit.twins = [
+                t
+                for t in unit.twins
+                if t.status == CandidateStatus.pending_score or t.candidate_id in existing
+            ]
 
 
 def _count_blocked(
@@ -806,37 +814,59 @@ def compute_mining(
 class StagedMining:
     """A partition's mining after its DuckDB reads and before its candidates' upsert: what
     ``write_mining`` upserts (``candidates``) and what it finishes with. Why apart: the
-    process pool's one writer upserts a whole commit group's candidates in one call
-    (``stages/consolidate_pool.py``)."""
+    process pool's one writer upserts a whole commit group's candidates in one call, and
+    checks their twins against the store in one read (``stages/consolidate_pool.py``)."""
 
-    candidates: list[Candidate]
-    done_units: dict[str, dict[str, Any]]
     mined: MinedPartition  # its ``result`` holds the counts so far
+    stale: list[Candidate]
+    candidates: list[Candidate] = field(default_factory=list)  # set by ``settle_twins``
+    done_units: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def _settled(self) -> None:
+        """The candidates to upsert and the counts, once the twins are settled."""
+        mined = self.mined
+        result, units, kept = mined.result, mined.units, mined.kept
+        procedural = [c for unit in units.values() for c in unit.procedural]
+        twins = [c for unit in units.values() for c in [*unit.twins, *unit.pitfalls]]
+        self.candidates = [*procedural, *twins, *mined.claims, *self.stale]
+        self.done_units = {key: unit.produced() for key, unit in units.items()}
+        for done in [*self.done_units.values(), *kept.values()]:
+            result.procedural += done["procedural"]
+            result.passed += done["passed"]
+            result.pitfalls += done["pitfalls"]
+            result.insights += done["insights"]
+        result.auto_rejected = result.procedural - result.passed
+        result.preferences = len(mined.claims)
+        result.stale = len(self.stale)
 
 
 def stage_mining(
     stores: Stores, settings: Settings, partition: Partition, mined: MinedPartition
 ) -> StagedMining:
-    """``write_mining`` up to the upsert: twins kept in step with the store, stale pending
-    candidates retired, the counts."""
-    result, units, kept = mined.result, mined.units, mined.kept
-    _keep_twins(stores, units)
-    procedural = [c for unit in units.values() for c in unit.procedural]
-    twins = [c for unit in units.values() for c in [*unit.twins, *unit.pitfalls]]
-    candidates = [*procedural, *twins, *mined.claims]
-    produced = {c.candidate_id for c in candidates}
+    """``write_mining`` up to the upsert, but for the twins (``settle_twins``): stale pending
+    candidates retired.
+
+    What counts as produced includes every twin, kept or not: one the store does not hold
+    is no pending candidate ``_stale`` could retire, so the stale ones are the same either
+    way."""
+    units, kept = mined.units, mined.kept
+    produced = {
+        c.candidate_id
+        for unit in units.values()
+        for c in [*unit.procedural, *unit.twins, *unit.pitfalls]
+    }
+    produced.update(c.candidate_id for c in mined.claims)
     produced.update(cid for done in kept.values() for cid in done["ids"])
-    done_units = {key: unit.produced() for key, unit in units.items()}
-    for done in [*done_units.values(), *kept.values()]:
-        result.procedural += done["procedural"]
-        result.passed += done["passed"]
-        result.pitfalls += done["pitfalls"]
-        result.insights += done["insights"]
-    result.auto_rejected = result.procedural - result.passed
-    result.preferences = len(mined.claims)
     stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version)
-    result.stale = len(stale)
-    return StagedMining([*candidates, *stale], done_units, mined)
+    return StagedMining(mined, stale)
+
+
+def settle_twins(stores: Stores, staged: list[StagedMining]) -> None:
+    """Twins kept in step with the store (``_keep_twins``) for several partitions' staged
+    mining in one read; then each one's candidates and counts."""
+    _keep_twins(stores, [item.mined.units for item in staged])
+    for item in staged:
+        item._settled()
 
 
 def finish_mining(
@@ -883,6 +913,7 @@ def write_mining(
     the store, stale pending candidates retired, candidates upserted, unit state saved,
     blocked claims audited; the result."""
     staged = stage_mining(stores, settings, partition, mined)
+    settle_twins(stores, [staged])
     upserted = None
     if not ctx.dry_run:
         upserted = upsert_candidates(

@@ -120,6 +120,33 @@ def test_three_of_four_is_auto_rejected_naming_wilson(mem, kit) -> None:
     assert cand.counterexample_ids == ["f"]
 
 
+def test_a_stored_twin_follows_its_procedure_when_it_stops_passing(mem, kit) -> None:
+    """A twin is written while its procedure passes; once the procedure fails the policy the
+    stored twin is kept in step (auto_rejected, the procedure's reason), not left pending."""
+    same = {"error_code": "720", "adapter_mismatch": "true"}
+    mem.ingest(
+        [
+            kit.make_episode(f"e{i}", minutes=i, subject_id=f"u{i}", conditions=same)
+            for i in range(3)
+        ]
+    )
+    mem.consolidate()
+    [cand] = procedures(mem, status="pending_score")
+
+    def twins() -> list:
+        return [c for c in list_candidates(mem.stores.meta) if c.stats.get("twin_of")]
+
+    [twin] = twins()
+    assert twin.status == CandidateStatus.pending_score
+    mem.ingest([kit.make_episode("f", minutes=9, outcome="failure", conditions=same)])
+    mem.consolidate(now=kit.NOW.replace(day=2))
+    [cand] = procedures(mem)
+    assert cand.status == CandidateStatus.auto_rejected
+    [after] = twins()
+    assert after.candidate_id == twin.candidate_id
+    assert after.status == CandidateStatus.auto_rejected and after.reason == cand.reason
+
+
 def test_tenant_scope_needs_two_subjects(mem, kit) -> None:
     mem.ingest([kit.make_episode(f"e{i}", minutes=i, subject_id="solo") for i in range(4)])
     mem.consolidate()
