@@ -398,13 +398,18 @@ def _evidence_table(candidates: list[Candidate], pins: EpisodePins | None = None
 
 def _pinned_from(table: pa.Table, pinned: pa.Array, pins: EpisodePins) -> pa.Table:
     """``table`` with the subject and content hash of its ``pinned`` rows taken from ``pins``
-    (one join, rows in their order); an episode cited with no pin is an error naming it."""
+    (one join, rows in their order); an episode cited with no pin, or pinned twice, is an
+    error."""
     frame = pl.from_arrow(table.append_column("_pinned", pinned))
     found = pl.from_arrow(pins.select(list(_PIN_COLUMNS)))
     assert isinstance(frame, pl.DataFrame) and isinstance(found, pl.DataFrame)
     found = found.with_columns(pl.lit(value=True).alias("_found"))
-    joined = frame.join(found, on="episode_id", how="left", maintain_order="left",
-                        suffix="_pin")  # fmt: skip
+    try:  # one pin per episode: a second would double its evidence rows
+        joined = frame.join(found, on="episode_id", how="left", maintain_order="left",
+                            suffix="_pin", validate="m:1")  # fmt: skip
+    except pl.exceptions.ComputeError as exc:
+        msg = "evidence pins: an episode is pinned more than once"
+        raise ValueError(msg) from exc
     lost = joined.filter(pl.col("_pinned") & pl.col("_found").is_null())
     if lost.height:
         first = lost.row(0, named=True)

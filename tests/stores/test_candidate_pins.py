@@ -10,6 +10,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -140,3 +141,13 @@ def test_a_cited_episode_without_a_pin_is_refused_and_nothing_is_written(tmp_pat
     with meta.connect() as con:
         assert con.execute("SELECT count(*) FROM candidates").fetchone() == (0,)
         assert con.execute("SELECT count(*) FROM candidate_evidence").fetchone() == (0,)
+
+
+def test_an_episode_pinned_twice_is_refused(tmp_path: Path) -> None:
+    meta = open_stores(load_settings(home=tmp_path, embed={"model": "hash"})).meta
+    cand = _candidate("c1", ["support"] * 3 + [None] * 4, pinned=False)
+    twice = pa.concat_tables([PINS, PINS.slice(0, 1)])
+    with pytest.raises(ValueError, match="an episode is pinned more than once"):
+        upsert_candidates(meta, [cand], run_id="r", now=NOW, pins=twice)
+    with meta.connect() as con:
+        assert con.execute("SELECT count(*) FROM candidates").fetchone() == (0,)
