@@ -352,3 +352,29 @@ def test_the_clustering_handed_to_mining_is_what_the_store_holds(mem, kit) -> No
     check(mem.cluster(recluster=True, now=kit.NOW.replace(day=4)))
     mem.ingest([printer(kit, f"p{i}", minutes=500 + i) for i in range(3)])
     check(mem.cluster(recluster=True, now=kit.NOW.replace(day=5)))
+
+
+def test_centroids_of_another_width_rebuild_the_partition(mem, kit) -> None:
+    """After the embedding model changed, an ordinary night finds the stored centroids of
+    another width and rebuilds the partition; members that stay in their cluster keep their
+    time."""
+    scenario = kit.seed_scenario()
+    mem.ingest(scenario)
+    mem.cluster()
+    before = load_partition_members(mem.stores.meta, "acme", "it")
+    with mem.stores.meta.transaction() as con:
+        con.execute("UPDATE clusters SET centroid = centroid[1:3]")
+    result = mem.cluster(now=kit.NOW.replace(day=2))
+    assert result.reclustered
+    after = load_partition_members(mem.stores.meta, "acme", "it")
+    assert after.column("episode_id").to_pylist() == before.column("episode_id").to_pylist()
+    kept = [
+        b == a
+        for b, a, bc, ac in zip(
+            before.column("assigned_at").to_pylist(), after.column("assigned_at").to_pylist(),
+            before.column("cluster_id").to_pylist(), after.column("cluster_id").to_pylist(),
+            strict=True,
+        )
+        if bc == ac
+    ]  # fmt: skip
+    assert kept and all(kept)
