@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from memory_core.crash import crash_point
 from memory_core.stores.filters import in_list
-from memory_core.stores.meta import MetaStore
+from memory_core.stores.meta import MetaStore, registered
 
 __all__ = [
     "BLOCKED_PREFERENCE_ACTION",
@@ -159,37 +159,31 @@ def _save(
     members = pa.concat_tables(
         [m.select(MEMBER_SCHEMA.names).cast(MEMBER_SCHEMA) for _, m in saves]
     )
-    with meta.transaction() as con:
-        con.register("_new_clusters", clusters)
-        con.register("_new_members", members)
-        try:
-            if replace is not None:
-                con.execute(
-                    "DELETE FROM cluster_members WHERE tenant_id = ? AND namespace = ? "
-                    "AND episode_id NOT IN (SELECT episode_id FROM _new_members)",
-                    list(replace),
-                )
-                con.execute(
-                    "DELETE FROM clusters WHERE tenant_id = ? AND namespace = ? "
-                    "AND cluster_id NOT IN (SELECT cluster_id FROM _new_clusters)",
-                    list(replace),
-                )
+    with meta.transaction() as con, registered(con, _new_clusters=clusters, _new_members=members):
+        if replace is not None:
             con.execute(
-                f"INSERT INTO clusters ({_CLUSTER_COLUMNS}) "
-                f"SELECT {_CLUSTER_COLUMNS} FROM _new_clusters "
-                "ON CONFLICT (cluster_id) DO UPDATE SET centroid = excluded.centroid, "
-                "size = excluded.size, label = excluded.label, "
-                "error_code = excluded.error_code, updated_at = excluded.updated_at"
+                "DELETE FROM cluster_members WHERE tenant_id = ? AND namespace = ? "
+                "AND episode_id NOT IN (SELECT episode_id FROM _new_members)",
+                list(replace),
             )
-            crash_point("cluster.in_transaction")  # atomic: clusters without members never land
-            upsert = replace is not None or _any_member(con, members)
             con.execute(
-                f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
-                f"SELECT {_MEMBER_COLUMNS} FROM _new_members{_ON_MEMBER if upsert else ''}"
+                "DELETE FROM clusters WHERE tenant_id = ? AND namespace = ? "
+                "AND cluster_id NOT IN (SELECT cluster_id FROM _new_clusters)",
+                list(replace),
             )
-        finally:
-            con.unregister("_new_clusters")
-            con.unregister("_new_members")
+        con.execute(
+            f"INSERT INTO clusters ({_CLUSTER_COLUMNS}) "
+            f"SELECT {_CLUSTER_COLUMNS} FROM _new_clusters "
+            "ON CONFLICT (cluster_id) DO UPDATE SET centroid = excluded.centroid, "
+            "size = excluded.size, label = excluded.label, "
+            "error_code = excluded.error_code, updated_at = excluded.updated_at"
+        )
+        crash_point("cluster.in_transaction")  # atomic: clusters without members never land
+        upsert = replace is not None or _any_member(con, members)
+        con.execute(
+            f"INSERT INTO cluster_members ({_MEMBER_COLUMNS}) "
+            f"SELECT {_MEMBER_COLUMNS} FROM _new_members{_ON_MEMBER if upsert else ''}"
+        )
 
 
 # How stored members take the incoming rows of the same episodes (``_any_member``).

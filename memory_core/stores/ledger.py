@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from memory_core.stores.meta import MetaStore
+from memory_core.stores.meta import MetaStore, registered
 from memory_core.stores.status_writes import MetaStatuses, write_status
 
 __all__ = [
@@ -99,16 +99,12 @@ def record_stages(meta: MetaStore, entries: Sequence[StageEntry]) -> None:
             ),
         }
     )
-    with meta.transaction() as con:
-        con.register("_stage_entries", rows)
-        try:
-            con.execute(
-                """INSERT INTO stage_ledger SELECT stage, partition_key, input_hash, run_id,
-                'done', started_at, finished_at, result FROM _stage_entries
-                ON CONFLICT (stage, partition_key, input_hash) DO NOTHING"""
-            )
-        finally:
-            con.unregister("_stage_entries")
+    with meta.transaction() as con, registered(con, _stage_entries=rows):
+        con.execute(
+            """INSERT INTO stage_ledger SELECT stage, partition_key, input_hash, run_id,
+            'done', started_at, finished_at, result FROM _stage_entries
+            ON CONFLICT (stage, partition_key, input_hash) DO NOTHING"""
+        )
 
 
 def get_watermarks(meta: MetaStore, *, stage: str) -> dict[tuple[str, str], datetime]:
@@ -142,16 +138,12 @@ def set_watermarks(
             "recorded_at": pa.array([m.recorded_at for m in marks], _TIMESTAMP),
         }
     )
-    with meta.transaction() as con:
-        con.register("_watermarks_new", rows)
-        try:
-            con.execute(
-                """INSERT INTO watermarks SELECT tenant_id, namespace, stage, recorded_at, ?, ?
-                FROM _watermarks_new
-                ON CONFLICT (tenant_id, namespace, stage) DO UPDATE SET
-                recorded_at = greatest(watermarks.recorded_at, excluded.recorded_at),
-                run_id = excluded.run_id, updated_at = excluded.updated_at""",
-                [run_id, now],
-            )
-        finally:
-            con.unregister("_watermarks_new")
+    with meta.transaction() as con, registered(con, _watermarks_new=rows):
+        con.execute(
+            """INSERT INTO watermarks SELECT tenant_id, namespace, stage, recorded_at, ?, ?
+            FROM _watermarks_new
+            ON CONFLICT (tenant_id, namespace, stage) DO UPDATE SET
+            recorded_at = greatest(watermarks.recorded_at, excluded.recorded_at),
+            run_id = excluded.run_id, updated_at = excluded.updated_at""",
+            [run_id, now],
+        )

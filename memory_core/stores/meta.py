@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from memory_core.errors import MetaLocked, SchemaTooNew, StoreError
 from memory_core.stores.migrations import MIGRATIONS
 
-__all__ = ["SESSION_CHECKPOINT", "MetaStore", "latest_schema_version"]
+__all__ = ["SESSION_CHECKPOINT", "MetaStore", "latest_schema_version", "registered"]
 
 logger = logging.getLogger(__name__)
 
@@ -240,6 +241,21 @@ def _joined(unit: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnecti
         yield unit
     finally:
         unit.abort()
+
+
+@contextmanager
+def registered(con: duckdb.DuckDBPyConnection, **tables: pa.Table) -> Iterator[None]:
+    """``tables`` registered on ``con`` by their keyword names for the block, unregistered
+    after it whatever happens: the statements inside read many rows as one Arrow scan (a
+    parameterised statement per row costs milliseconds each), and a registration left behind
+    would hold its table and shadow the next one of that name."""
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        yield
+    finally:
+        for name in tables:
+            con.unregister(name)
 
 
 def _sql_path(path: Path) -> str:

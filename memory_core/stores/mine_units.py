@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from memory_core.stores.meta import MetaStore
+from memory_core.stores.meta import MetaStore, registered
 
 __all__ = ["UnitSave", "load_units", "save_partitions_units"]
 
@@ -75,25 +75,20 @@ def save_partitions_units(
             "namespace": pa.array([s.namespace for s in saves], pa.string()),
         }
     )
-    with meta.transaction() as con:
-        con.register("_mine_units_new", rows)
-        con.register("_mine_units_alive", alive)
-        con.register("_mine_units_parts", parts)
-        try:
-            con.execute(
-                "DELETE FROM mine_units m WHERE (m.tenant_id, m.namespace) IN "
-                "(SELECT tenant_id, namespace FROM _mine_units_parts) AND NOT EXISTS ("
-                "SELECT 1 FROM _mine_units_alive a WHERE a.tenant_id = m.tenant_id "
-                "AND a.namespace = m.namespace AND a.unit_key = m.unit_key)"
-            )
-            con.execute(
-                "INSERT INTO mine_units SELECT tenant_id, namespace, unit_key, fingerprint, "
-                "produced, ?, ? FROM _mine_units_new ON CONFLICT (tenant_id, namespace, unit_key) "
-                "DO UPDATE SET fingerprint = excluded.fingerprint, produced = excluded.produced, "
-                "run_id = excluded.run_id, mined_at = excluded.mined_at",
-                [run_id, now],
-            )
-        finally:
-            con.unregister("_mine_units_new")
-            con.unregister("_mine_units_alive")
-            con.unregister("_mine_units_parts")
+    with (
+        meta.transaction() as con,
+        registered(con, _mine_units_new=rows, _mine_units_alive=alive, _mine_units_parts=parts),
+    ):
+        con.execute(
+            "DELETE FROM mine_units m WHERE (m.tenant_id, m.namespace) IN "
+            "(SELECT tenant_id, namespace FROM _mine_units_parts) AND NOT EXISTS ("
+            "SELECT 1 FROM _mine_units_alive a WHERE a.tenant_id = m.tenant_id "
+            "AND a.namespace = m.namespace AND a.unit_key = m.unit_key)"
+        )
+        con.execute(
+            "INSERT INTO mine_units SELECT tenant_id, namespace, unit_key, fingerprint, "
+            "produced, ?, ? FROM _mine_units_new ON CONFLICT (tenant_id, namespace, unit_key) "
+            "DO UPDATE SET fingerprint = excluded.fingerprint, produced = excluded.produced, "
+            "run_id = excluded.run_id, mined_at = excluded.mined_at",
+            [run_id, now],
+        )

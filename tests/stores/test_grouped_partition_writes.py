@@ -5,6 +5,8 @@ the stored rows are what a plain model of one partition's writes at a time holds
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,11 +17,20 @@ from memory_core.config import load_settings
 from memory_core.context import Partition
 from memory_core.stages.stage_ledger import Done, LedgeredWork, record_done
 from memory_core.stores import open_stores
+from memory_core.stores.meta import MetaStore
 from memory_core.stores.mine_units import UnitSave, load_units, save_partitions_units
 
 T0 = datetime(2026, 7, 1, tzinfo=UTC)
 PARTITIONS = [("acme", "it"), ("acme", "ops"), ("beta", "it")]
 UNITS = [f"code:{i}" for i in range(4)]
+
+
+@contextmanager
+def _fresh_meta() -> Iterator[MetaStore]:
+    """A new home's control plane for each example (hypothesis runs many in one test)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        yield open_stores(load_settings(home=Path(tmp), embed={"model": "hash"})).meta
+
 
 # one partition's save: its units (key -> fingerprint digit) and the stored units it keeps
 unit_save = st.tuples(
@@ -37,8 +48,7 @@ def test_grouped_unit_saves_are_each_partitions_own(
     groups: list[list[tuple[int, dict[str, int], set[str]]]],
 ) -> None:
     model: dict[tuple[str, str], dict[str, str]] = {p: {} for p in PARTITIONS}
-    with tempfile.TemporaryDirectory() as tmp:
-        meta = open_stores(load_settings(home=Path(tmp), embed={"model": "hash"})).meta
+    with _fresh_meta() as meta:
         for night, group in enumerate(groups):
             saves = []
             for part, units, keep in group:
@@ -75,8 +85,7 @@ def test_grouped_ledger_writes_are_each_units_own(
     """A watermark only moves forward; a ledger entry, once there, keeps its first run."""
     marks: dict[tuple[str, str], datetime] = {}
     entries: dict[tuple[str, str], str] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        meta = open_stores(load_settings(home=Path(tmp), embed={"model": "hash"})).meta
+    with _fresh_meta() as meta:
         for night, group in enumerate(groups):
             done = []
             for part, digit, day in group:

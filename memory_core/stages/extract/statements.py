@@ -31,6 +31,7 @@ from memory_core.context import Partition
 from memory_core.stages.extract.importance import fact_importance
 from memory_core.stages.extract.rules import norm
 from memory_core.stages.mine.claims import Statement
+from memory_core.stages.partitions import active_episodes_where
 from memory_core.stores import Stores
 from memory_core.stores.extract import extracted_facts, facts_for_episodes
 from memory_core.stores.folded import folded_episodes
@@ -69,11 +70,7 @@ def _episodes(stores: Stores, partition: Partition, ids: set[str]) -> dict[str, 
     ordered = sorted(ids)
     for start in range(0, len(ordered), 500):
         chunk = ", ".join(sql_quote(i) for i in ordered[start : start + 500])
-        where = (
-            f"tenant_id = {sql_quote(partition.tenant_id)} AND "
-            f"namespace = {sql_quote(partition.namespace)} AND status = 'active' AND "
-            f"episode_id IN ({chunk})"
-        )
+        where = f"{active_episodes_where(partition)} AND episode_id IN ({chunk})"
         for row in stores.lance.scan("episodes", where=where, columns=_COLUMNS).to_pylist():
             out[row["episode_id"]] = row
     return out

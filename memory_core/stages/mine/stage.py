@@ -197,10 +197,10 @@ def _scan(
 ) -> tuple[int, Any, Any]:
     """(active episodes, those with actions or claims, which of those have actions);
     ``scanned``: the partition's active episodes as the caller read them."""
-    where = active_episodes_where(partition)
     if scanned is not None:
         table = scanned.select(SCAN_COLUMNS)
     else:
+        where = active_episodes_where(partition)
         table = lance.scan("episodes", where=where, columns=SCAN_COLUMNS)
     total = table.num_rows
     has_actions = pc.greater(pc.list_value_length(table.column("actions")), 0)
