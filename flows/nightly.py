@@ -19,6 +19,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.retry import pipeline_task
 from flows.runners import describe as describe_runner
+from flows.worker_pool import release as release_workers
+from flows.worker_pool import take as take_workers
+from flows.worker_pool import warm_workers
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
@@ -104,9 +107,11 @@ def consolidate_partitions(
     if processes > 0:
         from memory_core.stages.consolidate_pool import consolidate_in_processes
 
-        return consolidate_in_processes(
-            stores, settings, ctx, work, recluster=recluster, workers=processes
-        )
+        pool = take_workers(run_id, processes)  # started with the run, if it could tell
+        with pool if pool is not None else nullcontext():
+            return consolidate_in_processes(
+                stores, settings, ctx, work, recluster=recluster, workers=processes, pool=pool
+            )
     with stores.meta.session() if settings.runner.kind == "threads" else nullcontext():
         return [consolidate(stores, settings, ctx, unit, recluster=recluster) for unit in work]
 
@@ -303,6 +308,8 @@ def nightly_consolidation(
             ttl_s=settings.lease.ttl_s,
             wait_s=settings.lease.wait_s,
         ),
+        # the partitions' worker processes start now, while the steps before them run
+        warm_workers(ctx.run_id, stores, settings),
     ):
         crash_point("nightly.leased")
         try:
@@ -359,6 +366,8 @@ def _consolidate(
     crash_point("nightly.extracted")
     plan = consolidation_plan(stores, settings, recluster=recluster)
     processes = compute_processes(plan, settings)
+    if not processes:
+        release_workers(ctx.run_id)  # started for a night that turned out small
     if processes:  # one task: its thread is the one DuckDB writer, the compute in processes
         batches = [list(range(len(plan)))]
     else:

@@ -19,8 +19,9 @@ split at the boundary the stages draw (``cluster.stage.read_cluster_state`` /
   (``PARTITIONS_PER_COMMIT``; ``_CommitGroup``): the writer is this path's critical path, and a
   commit per partition was ~1 s of its ~12 at 1M episodes; a crash redoes at most that group.
 
-A few partitions are read ahead of the one being written (``_AHEAD`` beyond the workers), so
-the workers keep computing while the caller writes. Workers are started with "spawn" (never
+Partitions are read ahead of the one being written (``_AHEAD`` beyond the workers, a commit
+group's more when they add to stored clusters), so the workers keep computing while the
+caller writes. Workers are started with "spawn" (never
 fork a process that holds DuckDB, Lance and Prefect threads); each pays the imports of the
 stages (~1.3 CPU s; lancedb's ~3 more are avoided by reading Lance through pylance alone,
 ``stores/lance_read.py``), which is why the flow uses this path only for big nights
@@ -87,6 +88,11 @@ def _now() -> datetime:
 
 
 _AHEAD = 2  # partitions read and queued beyond one per worker: no worker waits on a write
+# ... and a commit group's more while the partitions add to stored clusters (an incremental
+# night): a group's flush (~0.45 s at 1M) took longer than the workers' four partitions in
+# flight, so they idled through it and the writer waited for them after it (~2.4 s of the 1M
+# 1% night's pool, BENCHMARKS.md s45). Such a partition's result is small (its new members
+# and its candidates); a first night's (every member, every candidate) keeps to ``_AHEAD``.
 
 # What clustering and mining read of a partition's active episodes, in one scan: each stage
 # scanned them on its own (~5 ms a scan of 10k episodes, BENCHMARKS.md s44)
@@ -321,6 +327,59 @@ class _CommitGroup:
         return out
 
 
+def _ready() -> int:
+    """A worker's first task when the pool is warmed (``ComputePool.warm``): nothing, so that
+    the submit spawns the worker and its start (imports, ``_start_worker``) runs now."""
+    return os.getpid()
+
+
+class ComputePool:
+    """The worker processes that compute a night's partitions (``consolidate_in_processes``).
+
+    Why a pool of its own, started apart from the night's partitions: a worker's start is
+    ~1.3 CPU s of imports, which the writer used to wait for at the partitions' start (~1 s of
+    the 1M 1% night). ``warm`` spawns the workers at once, so a flow can start them before the
+    steps that come first (embed, index, extract, the plan) and find them ready; the caller that
+    makes the pool shuts it down (``consolidate_in_processes`` only shuts down a pool it made).
+    """
+
+    def __init__(self, settings: Settings, workers: int) -> None:
+        self.workers = workers
+        self._submitted = 0
+        self._executor = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_worker,
+            initargs=(settings.model_dump(mode="json"), os.getpid()),
+        )
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        # the executor spawns a worker on each of its first ``workers`` submits (none idle
+        # yet) and never after; only those change the environment, which other threads may
+        # be reading (an HTTP client's proxy lookup iterates it)
+        spawning = self._submitted < self.workers
+        with _worker_environment() if spawning else nullcontext():
+            future = self._executor.submit(fn, *args, **kwargs)
+        self._submitted += 1
+        return future
+
+    def warm(self) -> ComputePool:
+        """Spawn every worker now (each runs its start while the caller goes on)."""
+        while self._submitted < self.workers:
+            self.submit(_ready)
+        return self
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """Stop the workers; ``wait=False`` (on an error) drops what is queued."""
+        self._executor.shutdown(wait=wait, cancel_futures=not wait)
+
+    def __enter__(self) -> ComputePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown(wait=exc[0] is None)
+
+
 def consolidate_in_processes(
     stores: Stores,
     settings: Settings,
@@ -330,25 +389,29 @@ def consolidate_in_processes(
     recluster: bool,
     workers: int,
     per_commit: int = PARTITIONS_PER_COMMIT,
+    pool: ComputePool | None = None,
 ) -> list[dict[str, Any]]:
     """``consolidate_partition`` for every unit, in order, with the compute in ``workers``
     processes and ``per_commit`` partitions' writes in each transaction; the results in
-    ``units``' order (the same results, and the same stored rows, as the threads path)."""
+    ``units``' order (the same results, and the same stored rows, as the threads path).
+
+    ``pool``: workers started before (``ComputePool.warm``), built from the same settings;
+    left running for its caller to shut down. Without one, a pool is made and shut down
+    here."""
+    if pool is None:
+        with ComputePool(settings, workers) as own:
+            return consolidate_in_processes(stores, settings, ctx, units, recluster=recluster,
+                                            workers=workers, per_commit=per_commit,
+                                            pool=own)  # fmt: skip
+    workers = pool.workers
     results: list[dict[str, Any] | None] = [None] * len(units)
     todo = iter(enumerate(units))
     window: deque[tuple[int, LedgeredWork, Future[_Computed]]] = deque()
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_start_worker,
-        initargs=(settings.model_dump(mode="json"), os.getpid()),
-    )
-
-    submitted = 0
+    ahead = _AHEAD
 
     def refill() -> None:
-        nonlocal submitted
-        while len(window) < workers + _AHEAD:
+        nonlocal ahead
+        while len(window) < workers + ahead:
             nxt = next(todo, None)
             if nxt is None:
                 return
@@ -359,31 +422,22 @@ def consolidate_in_processes(
                 results[index] = {"partition": part.key, "skipped": True}
                 continue
             state = read_partition_state(stores, part)
-            # the pool spawns a worker on each of its first ``workers`` submits (none idle
-            # yet) and never after; only those change the environment, which other threads
-            # may be reading (an HTTP client's proxy lookup iterates it)
-            spawning = submitted < workers
-            with _worker_environment() if spawning else nullcontext():
-                future = pool.submit(_compute, ctx, part, state, recluster=recluster)
-            submitted += 1
+            adds = not recluster and state.cluster.members.num_rows > 0
+            ahead = _AHEAD + per_commit if adds else _AHEAD
+            future = pool.submit(_compute, ctx, part, state, recluster=recluster)
             window.append((index, unit, future))
 
-    try:
-        with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
-            refill()
-            while window:
-                # one commit, each partition's ledger entry in it; no cyclic collection meanwhile
-                with stores.meta.atomic(), gc_paused():
-                    group = _CommitGroup(stores, settings, ctx)
-                    while window and not group.full(per_commit):
-                        index, unit, future = window.popleft()
-                        computed = future.result()
-                        refill()  # the next partitions go out before this one's writes
-                        group.add(index, unit, computed)
-                    for index, result in group.flush():
-                        results[index] = result
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
+        refill()
+        while window:
+            # one commit, each partition's ledger entry in it; no cyclic collection meanwhile
+            with stores.meta.atomic(), gc_paused():
+                group = _CommitGroup(stores, settings, ctx)
+                while window and not group.full(per_commit):
+                    index, unit, future = window.popleft()
+                    computed = future.result()
+                    refill()  # the next partitions go out before this one's writes
+                    group.add(index, unit, computed)
+                for index, result in group.flush():
+                    results[index] = result
     return [r for r in results if r is not None]
