@@ -149,32 +149,32 @@ def upsert_candidate_groups(
     if not incoming:
         return per_group
     with meta.transaction() as con:
-        con.register(
-            "wanted_ids", pa.table({"candidate_id": pa.array(list(incoming), pa.string())})
-        )
-        try:
-            # what _keep_decisions carries over is read here too: one join of the partition's
-            # ids per upsert, not a second one for the kept candidates
+        # the stored rows' columns only: reading any of their bodies' JSON made this ~4x
+        # slower (a 1M home's groups: ~5 against ~20 ms warm, more cold, BENCHMARKS.md s45);
+        # the body is read below for the few rows that need it
+        with _wanted_ids(con, list(incoming)):
             found = con.execute(
-                "SELECT candidate_id, status, content_hash, body->>'$.status', score_basis, "
-                "importance, scorer, reason, body->'$.stats' "
-                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+                "SELECT candidate_id, status, content_hash, score_basis, importance, scorer, "
+                f"reason FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
-        finally:
-            con.unregister("wanted_ids")
-        existing = {row[0]: row[1:5] for row in found}
+        existing = {row[0]: row[1:4] for row in found}
+        hashes = {cid: cand.content_hash() for cid, cand in incoming.items()}
+        # the status a body holds, for candidates whose content is unchanged: whether it
+        # needs writing again (the column's status is what lifecycle checks go by)
+        same = [cid for cid, row in existing.items() if row[1] == hashes[cid]]
+        body_status = dict(_body_fields(con, same, "body->>'$.status'"))
         writes: list[tuple[Candidate, str]] = []
         kept: list[str] = []
         for cid, cand in incoming.items():
             counts = per_group[group_of[cid]]
-            chash = cand.content_hash()
+            chash = hashes[cid]
             prior = existing.get(cid)
             if prior is None:
                 check_transition("candidate", cid, None, cand.status.value)
                 counts["inserted"] += 1
                 writes.append((cand, chash))
                 continue
-            status, old_hash, body_status, old_basis = prior
+            status, old_hash, old_basis = prior
             retire = cand.status is CandidateStatus.auto_rejected
             if status in DECIDED_STATUSES or (
                 status == CandidateStatus.pending_review and not retire
@@ -188,14 +188,15 @@ def upsert_candidate_groups(
                 if status in DECIDED_STATUSES or old_basis == cand.score_basis():
                     cand = cand.model_copy(update={"status": CandidateStatus(status)})
                     kept.append(cid)
-            if old_hash == chash and body_status == cand.status:
+            if old_hash == chash and body_status.get(cid) == cand.status:
                 counts["unchanged"] += 1
                 continue
             counts["updated"] += 1
             writes.append((cand, chash))
         if kept:
-            keep = set(kept)
-            decided = {row[0]: (row[1], *row[5:9]) for row in found if row[0] in keep}
+            stats = dict(_body_fields(con, kept, "body->'$.stats'"))
+            decided = {row[0]: (row[1], *row[4:7], stats.get(row[0])) for row in found
+                       if row[0] in stats}  # fmt: skip
             writes = _keep_decisions(writes, decided)
         if writes:
             stored = [c.candidate_id for c, _ in writes if c.candidate_id in existing]
@@ -208,6 +209,16 @@ def upsert_candidate_groups(
             change = MetaStatuses(con, moved, stored=was, body_written=True)
             write_status(None, change, at=now, run_id=run_id)
     return per_group
+
+
+def _body_fields(con: Any, ids: list[str], field: str) -> list[tuple[str, Any]]:
+    """``(candidate_id, field)`` of the stored ``ids``, ``field`` an expression of ``body``."""
+    if not ids:
+        return []
+    with _wanted_ids(con, ids):
+        return con.execute(
+            f"SELECT candidate_id, {field} FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+        ).fetchall()
 
 
 def _keep_decisions(
