@@ -43,8 +43,10 @@ _NEGATIVE = re.compile(
     r"not helpful|failed|still fails?)\b",
     re.IGNORECASE,
 )
-_CHUNK = 500
-_SCAN_OVER = 5_000  # ids of one tenant above which one tenant scan replaces IN lists
+# ids of one tenant above which one scan of the tenant replaces an IN list; below it, one IN
+# list: each scan costs ~9 ms whatever its list, and the 1M 1% night's ~2k ids a tenant went
+# in chunks of 500 (48 scans, ~0.3-0.4 s; one list a tenant ~0.22, BENCHMARKS.md s45)
+_SCAN_OVER = 5_000
 
 
 def feedback_polarity(text: str | None) -> int:
@@ -230,12 +232,8 @@ def _episode_table(lance: LanceStore, tenant: str, ids: list[str]) -> pa.Table:
             pc.is_in(table.column("episode_id"), value_set=pa.array(ids, pa.string()))
         )
     else:
-        chunks = []
-        for start in range(0, len(ids), _CHUNK):
-            chunk = in_list("episode_id", ids[start : start + _CHUNK])
-            where = f"tenant_id = {sql_quote(tenant)} AND {chunk}"
-            chunks.append(lance.scan("episodes", where=where, columns=_EPISODE_COLUMNS))
-        table = pa.concat_tables(chunks)
+        where = f"tenant_id = {sql_quote(tenant)} AND {in_list('episode_id', ids)}"
+        table = lance.scan("episodes", where=where, columns=_EPISODE_COLUMNS)
     table = table.select(_EPISODE_COLUMNS)
     return table.append_column("tenant_id", pa.array([tenant] * table.num_rows, pa.string()))
 
