@@ -38,6 +38,7 @@ __all__ = [
     "score_fields",
     "set_candidate_scores",
     "set_candidate_status",
+    "status_keys",
     "support_pin_subjects",
     "upsert_candidate_groups",
     "upsert_candidates",
@@ -606,12 +607,27 @@ def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:
     return {r[0] for r in rows}
 
 
-def get_candidates(meta: MetaStore, ids: list[str]) -> list[Candidate]:
+def get_candidates(meta: MetaStore, ids: list[str], *, pins: bool = True) -> list[Candidate]:
+    """The stored candidates among ``ids``, by id; ``pins=False`` as ``list_candidates``'."""
     if not ids:
         return []
     with meta.connect() as con:
-        found = sorted(_bodies(con, list(dict.fromkeys(ids))))  # by id, as before
+        field = "body" if pins else _WITHOUT_PINS
+        found = sorted(_bodies(con, list(dict.fromkeys(ids)), field))  # by id, as before
         return _from_rows(con, [(body,) for _, body in found])
+
+
+def status_keys(meta: MetaStore, status: str) -> list[tuple[str, str, str | None]]:
+    """(candidate id, kind, the id its stats' ``twin_of`` names) of every candidate in
+    ``status``, in ``list_candidates``' order: what picks a review queue before any body is
+    read whole (a stable queue's candidates sit in open batches, and reading all of them,
+    ~3k at 1M episodes, was most of the review stage's night, BENCHMARKS.md s45)."""
+    with meta.connect() as con:
+        return con.execute(
+            "SELECT candidate_id, kind, body->>'$.stats.twin_of' FROM candidates "
+            "WHERE status = ? ORDER BY tenant_id, namespace, candidate_id",
+            [status],
+        ).fetchall()
 
 
 def set_candidate_status(
@@ -689,11 +705,12 @@ def _wanted_ids(con: Any, ids: list[str]) -> Iterator[None]:
         con.unregister("wanted_ids")
 
 
-def _bodies(con: Any, ids: list[str]) -> list[tuple[str, str]]:
-    """``(candidate_id, body)`` of the given ids that exist, by a join (not a list scan)."""
+def _bodies(con: Any, ids: list[str], field: str = "body") -> list[tuple[str, str]]:
+    """``(candidate_id, body)`` of the given ids that exist, by a join (not a list scan);
+    ``field``: what of the body (``_WITHOUT_PINS``)."""
     with _wanted_ids(con, ids):
         return con.execute(
-            f"SELECT candidate_id, body FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
+            f"SELECT candidate_id, {field} FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
         ).fetchall()
 
 

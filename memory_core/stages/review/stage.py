@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -48,7 +49,7 @@ from memory_core.stages.review.decisions import (
 from memory_core.stages.staleness.settle import RECORD_KINDS, decide_record_batch
 from memory_core.stores import Stores
 from memory_core.stores.audit import record_audit, store_receipt
-from memory_core.stores.candidates import get_candidates, list_candidates
+from memory_core.stores.candidates import get_candidates, status_keys
 from memory_core.stores.review import (
     BatchRow,
     BatchState,
@@ -162,7 +163,7 @@ def _batch_rows(
 
 
 def _commit_unfinished_auto_batches(
-    stores: Stores, settings: Settings, ctx: RunContext, pending: list[Candidate]
+    stores: Stores, settings: Settings, ctx: RunContext, pending: AbstractSet[str]
 ) -> tuple[list[CommitResult], set[str]]:
     """Finish auto-approved batches a killed run wrote but did not commit.
 
@@ -170,7 +171,7 @@ def _commit_unfinished_auto_batches(
     this they would be batched again under a new id and the old batch would stay approved
     with nothing promoted. They are committed in their own batch, as the killed run would have.
     """
-    by_id = {c.candidate_id: c for c in pending}
+    by_id = pending  # the ids of the pending_review candidates
     if not by_id:
         return [], set()
     with stores.meta.connect() as con:
@@ -208,25 +209,31 @@ def build_review_batches(stores: Stores, settings: Settings, ctx: RunContext) ->
                     actor=ctx.actor, target=batch.batch_id, tenant_id=batch.tenant_id,
                     counts={"returned_to_queue": len(returned)},
                 )  # fmt: skip
-    # The queue is read without evidence pins (most of a body: at 1M episodes ~4.5k pending
-    # bodies of ~12 KB were validated every night); what gets committed is read whole below.
-    pending = list_candidates(stores.meta, status=CandidateStatus.pending_review.value, pins=False)
+    # The queue is picked by id, kind and twin first, and only what it takes is read, without
+    # evidence pins (most of a body: at 1M episodes ~4.5k pending bodies of ~12 KB were
+    # validated every night; a stable queue's candidates sit in open batches, BENCHMARKS.md
+    # s45); what gets committed is read whole below.
+    pending = status_keys(stores.meta, CandidateStatus.pending_review.value)
     if not ctx.dry_run:
-        done, committed = _commit_unfinished_auto_batches(stores, settings, ctx, pending)
+        done, committed = _commit_unfinished_auto_batches(
+            stores, settings, ctx, {cid for cid, _, _ in pending}
+        )
         result.auto_approved.extend(r.as_dict() for r in done)
-        pending = [c for c in pending if c.candidate_id not in committed]
+        pending = [key for key in pending if key[0] not in committed]
     with stores.meta.connect() as con:
         in_review = candidates_in_open_batches(con)
         rounds = review_rounds(con)
-    procedures = {c.candidate_id for c in pending if c.kind is CandidateKind.procedural}
-    queue: list[Candidate] = []
-    for cand in pending:
-        if cand.candidate_id in in_review:
+    procedures = {cid for cid, kind, _ in pending if kind == CandidateKind.procedural.value}
+    wanted: list[str] = []
+    for cid, kind, twin_of in pending:
+        if cid in in_review:
             continue
-        if is_twin(cand) and str(cand.stats["twin_of"]) in procedures:
-            result.twins_attached += 1
+        if kind == CandidateKind.semantic.value and twin_of and twin_of in procedures:
+            result.twins_attached += 1  # an insight twin follows its procedure (is_twin)
             continue
-        queue.append(cand)
+        wanted.append(cid)
+    found = {c.candidate_id: c for c in get_candidates(stores.meta, wanted, pins=False)}
+    queue = [found[cid] for cid in wanted if cid in found]
     auto = [c for c in queue if _auto_eligible(c, settings)]
     auto_ids = {c.candidate_id for c in auto}
     groups: dict[tuple[str, str, str], list[Candidate]] = {}

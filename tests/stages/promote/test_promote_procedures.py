@@ -175,3 +175,25 @@ def test_procedures_are_never_auto_approved(tmp_path, kit):
     )
     assert list(done.refused.values()) == ["procedures and their insights are never auto-approved"]
     assert mem.stores.lance.count("procedures") == 0
+
+
+def test_a_twin_whose_procedure_left_the_queue_is_batched_on_its_own(mined):
+    """The queue is picked from ids, kinds and ``twin_of`` before any body is read: a twin
+    rides with its procedure only while that procedure awaits review too."""
+    from memory_core.stores.candidates import set_candidate_status
+
+    mem, _ = mined
+    procs = _procedural(mem)
+    adapter = procs[ADAPTER].candidate_id
+    twins = {c.stats["twin_of"]: c.candidate_id
+             for c in list_candidates(mem.stores.meta, status="pending_review")
+             if c.stats.get("twin_of")}  # fmt: skip
+    assert set(twins) == {adapter, procs[CERT].candidate_id}
+    set_candidate_status(
+        mem.stores.meta, {adapter: (CandidateStatus.pending_score, "evidence grew")}, now=NOW
+    )
+    result = build_review_batches(mem.stores, mem.settings, RunContext(now=NOW))
+    assert result.twins_attached == 1  # the certificate procedure's, still pending review
+    assert result.items == 1
+    (batch,) = [b for b in _open_batches(mem, "semantic") if b.batch_id in result.created]
+    assert [i.candidate_id for i in get_items(mem.stores.meta, batch.batch_id)] == [twins[adapter]]
