@@ -1,9 +1,11 @@
 """The partitions' worker processes, started when a night starts and taken up by its task.
 
-Why: a worker's start is ~1.3 CPU s of imports, and the one DuckDB writer waited for the
-workers' first results at the partitions' start (~1 s of the 1M 1% night, BENCHMARKS.md s45).
-Started with the run instead, they import while the embed, index and extract tasks and the
-plan run in the flow's process (one core), and the partitions start on warm workers.
+Why: a worker's start is ~0.75-1.3 CPU s of imports, and the one DuckDB writer waited for
+the workers' first results at the partitions' start (~1 s of the 1M 1% night, BENCHMARKS.md
+s45). Started with the run instead, they import beside the embed, index and extract tasks and
+the plan, and the partitions start on warm workers. Those steps slow down beside them (they
+are CPU-bound too): through the flow the gain was ~0.3-1 s of a ~13 s night, not the whole
+wait.
 
 Which nights: the plan decides (``nightly.compute_processes``: the episodes of the partitions
 with new ones), but it comes after those steps, so the workers start when the home holds
@@ -43,9 +45,7 @@ def expected_processes(settings: Settings, episodes: int) -> int:
 def warm_workers(run_id: str, stores: Stores, settings: Settings) -> Iterator[int]:
     """Start the run's workers if it will likely use them; yields their number (0: none).
     Whatever the run left of them is shut down when it ends."""
-    workers = 0
-    if expected_processes(settings, 10**18):  # the count only where it can matter
-        workers = expected_processes(settings, _episodes(stores))
+    workers = expected_processes(settings, _episodes(stores))
     if workers:
         with _lock:
             _pools[run_id] = ComputePool(settings, workers).warm()
@@ -59,7 +59,7 @@ def _episodes(stores: Stores) -> int:
     """The home's episodes (active or not: a count of rows, from the table's metadata)."""
     try:
         return stores.lance.count("episodes")
-    except StoreError:  # no table yet: the night has nothing to consolidate
+    except StoreError:  # no table yet, or the store unreachable: the night's own steps say so
         return 0
 
 

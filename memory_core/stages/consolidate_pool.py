@@ -337,10 +337,11 @@ class ComputePool:
     """The worker processes that compute a night's partitions (``consolidate_in_processes``).
 
     Why a pool of its own, started apart from the night's partitions: a worker's start is
-    ~1.3 CPU s of imports, which the writer used to wait for at the partitions' start (~1 s of
-    the 1M 1% night). ``warm`` spawns the workers at once, so a flow can start them before the
-    steps that come first (embed, index, extract, the plan) and find them ready; the caller that
-    makes the pool shuts it down (``consolidate_in_processes`` only shuts down a pool it made).
+    ~0.75-1.3 CPU s of imports, which the writer used to wait for at the partitions' start
+    (~1 s of the 1M 1% night, BENCHMARKS.md s45). ``warm`` spawns the workers at once, so a
+    flow can start them before the steps that come first (embed, index, extract, the plan) and
+    find them ready; the caller that makes the pool shuts it down
+    (``consolidate_in_processes`` only shuts down a pool it made).
     """
 
     def __init__(self, settings: Settings, workers: int) -> None:

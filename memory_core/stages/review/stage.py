@@ -171,8 +171,7 @@ def _commit_unfinished_auto_batches(
     this they would be batched again under a new id and the old batch would stay approved
     with nothing promoted. They are committed in their own batch, as the killed run would have.
     """
-    by_id = pending  # the ids of the pending_review candidates
-    if not by_id:
+    if not pending:  # the ids of the pending_review candidates
         return [], set()
     with stores.meta.connect() as con:
         rows = con.execute(
@@ -183,7 +182,7 @@ def _commit_unfinished_auto_batches(
         ).fetchall()
     # the queue was read without evidence pins: what is committed is read whole
     whole = {
-        c.candidate_id: c for c in get_candidates(stores.meta, [c for _, c in rows if c in by_id])
+        c.candidate_id: c for c in get_candidates(stores.meta, [c for _, c in rows if c in pending])
     }
     by_batch: dict[str, list[Candidate]] = {}
     for batch_id, cid in rows:
