@@ -19,9 +19,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.retry import pipeline_task
 from flows.runners import describe as describe_runner
+from flows.worker_pool import processes_for, warm_workers
 from flows.worker_pool import release as release_workers
 from flows.worker_pool import take as take_workers
-from flows.worker_pool import warm_workers
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
@@ -123,11 +123,10 @@ def compute_processes(plan: list[PlannedPartition], settings: Settings) -> int:
     when configured (``runner.processes_from_episodes`` > 0) and only when the partitions with
     new episodes hold that many episodes or more: the workers' start-up (imports) would
     outweigh a small night's compute."""
-    runner = settings.runner
-    if runner.kind != "threads" or not plan or runner.processes_from_episodes == 0:
+    if not plan:
         return 0
     episodes = sum(p.work.episodes for p in plan if p.work.new_episodes > 0)
-    return runner.max_workers if episodes >= runner.processes_from_episodes else 0
+    return processes_for(settings, episodes)  # the rule the night's start uses too
 
 
 def partition_batches(plan: list[PlannedPartition], tasks: int) -> list[list[int]]:
@@ -366,11 +365,10 @@ def _consolidate(
     crash_point("nightly.extracted")
     plan = consolidation_plan(stores, settings, recluster=recluster)
     processes = compute_processes(plan, settings)
-    if not processes:
-        release_workers(ctx.run_id)  # started for a night that turned out small
     if processes:  # one task: its thread is the one DuckDB writer, the compute in processes
         batches = [list(range(len(plan)))]
     else:
+        release_workers(ctx.run_id)  # started for a night that turned out small
         batches = partition_batches(plan, TASKS_PER_WORKER * settings.runner.max_workers)
     futures = [
         consolidate_partitions.submit(

@@ -26,26 +26,38 @@ from memory_core.errors import StoreError
 from memory_core.stages.consolidate_pool import ComputePool
 from memory_core.stores import Stores
 
-__all__ = ["expected_processes", "release", "take", "warm_workers"]
+__all__ = ["processes_for", "release", "take", "warm_workers"]
 
 _pools: dict[str, ComputePool] = {}
 _lock = threading.Lock()
 
 
-def expected_processes(settings: Settings, episodes: int) -> int:
-    """Worker processes a night on a home of ``episodes`` episodes will likely use (the
-    plan's ``compute_processes`` counts only partitions with new episodes, never more)."""
+def _configured(settings: Settings) -> bool:
+    """Whether the runner computes big nights in worker processes at all: only the threads
+    runner (Dask and Ray workers are processes already), only with a threshold."""
     runner = settings.runner
-    if runner.kind != "threads" or runner.processes_from_episodes == 0:
+    return runner.kind == "threads" and runner.processes_from_episodes > 0
+
+
+def processes_for(settings: Settings, episodes: int) -> int:
+    """Worker processes for a night whose partitions hold ``episodes`` episodes (0: the
+    runner's tasks do them in-thread): ``max_workers`` from ``processes_from_episodes``, below
+    it the workers' start (imports) would outweigh the night's compute. The plan counts the
+    partitions with new episodes (``nightly.compute_processes``); a night's start, before the
+    plan, counts the whole home."""
+    if not _configured(settings):
         return 0
+    runner = settings.runner
     return runner.max_workers if episodes >= runner.processes_from_episodes else 0
 
 
 @contextmanager
 def warm_workers(run_id: str, stores: Stores, settings: Settings) -> Iterator[int]:
     """Start the run's workers if it will likely use them; yields their number (0: none).
-    Whatever the run left of them is shut down when it ends."""
-    workers = expected_processes(settings, _episodes(stores))
+    Whatever the run left of them is shut down when it ends. The home's episodes are counted
+    only when the runner may use processes (a count reads the table's metadata, remote on an
+    object store)."""
+    workers = processes_for(settings, _episodes(stores)) if _configured(settings) else 0
     if workers:
         with _lock:
             _pools[run_id] = ComputePool(settings, workers).warm()

@@ -43,14 +43,14 @@ def test_warm_spawns_every_worker_at_once(tmp_path):
     assert _gone(spawned)
 
 
-def test_expected_processes_follow_the_runner_settings():
+def test_processes_for_follow_the_runner_settings():
     big = Settings.model_validate({"runner": {"processes_from_episodes": 1_000}})
-    assert worker_pool.expected_processes(big, 1_000) == 2
-    assert worker_pool.expected_processes(big, 999) == 0
+    assert worker_pool.processes_for(big, 1_000) == 2
+    assert worker_pool.processes_for(big, 999) == 0
     never = Settings.model_validate({"runner": {"processes_from_episodes": 0}})
-    assert worker_pool.expected_processes(never, 10**9) == 0
+    assert worker_pool.processes_for(never, 10**9) == 0
     dask = Settings.model_validate({"runner": {"kind": "dask", "processes_from_episodes": 1}})
-    assert worker_pool.expected_processes(dask, 10**9) == 0
+    assert worker_pool.processes_for(dask, 10**9) == 0
 
 
 @pytest.mark.slow
