@@ -33,6 +33,7 @@ __all__ = [
     "get_candidates",
     "list_candidates",
     "merge_candidate_stats",
+    "partition_ids",
     "pending_keys",
     "run_candidate_rows",
     "score_fields",
@@ -593,6 +594,17 @@ def pending_keys(
                 f"FROM candidates WHERE rowid IN ({_WANTED_ROWS}) ORDER BY candidate_id"
             ).fetchall()
     return [(r[0], r[1], r[2]) for r in found]
+
+
+def partition_ids(meta: MetaStore, tenant_id: str, namespace: str, *, kind: str) -> frozenset[str]:
+    """Ids of a partition's stored candidates of one ``kind`` (no body read)."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT candidate_id FROM candidates WHERE tenant_id = ? AND namespace = ? "
+            "AND kind = ?",
+            [tenant_id, namespace, kind],
+        ).fetchall()
+    return frozenset(r[0] for r in rows)
 
 
 def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:

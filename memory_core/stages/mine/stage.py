@@ -80,6 +80,7 @@ from memory_core.stores.candidates import (
     episode_pins,
     existing_ids,
     get_candidates,
+    partition_ids,
     pending_keys,
     upsert_candidates,
 )
@@ -599,9 +600,16 @@ def _mine_clusters(
     partition: Partition,
     evidence: _Evidence,
     members: Any,
+    stored_semantic: frozenset[str] | None = None,
 ) -> dict[str, _UnitOut]:
     """Candidates of every mining unit with episodes in ``evidence``, by unit key (twins of
-    failing procedures not yet filtered: ``_keep_twins``)."""
+    failing procedures not yet checked against the store: ``_keep_twins``).
+
+    ``stored_semantic``: the ids of the partition's stored semantic candidates, when read
+    (``MineState``): a failing procedure's twin is built only when it is among them, as
+    ``_keep_twins`` keeps no other. Why: most of a 1M home's procedures fail the policy, and
+    their twins, built, sent to the writer and checked only to be dropped, were ~9.5k of the
+    ~23k candidates a 1% night's workers built (BENCHMARKS.md s46)."""
     cluster_of = dict(
         zip(
             members.column("episode_id").to_pylist(),
@@ -633,7 +641,12 @@ def _mine_clusters(
             runs = [_signatures(acts, signatures) for acts in support[:_SUPPORT_RUNS]]
             proc = _procedural(finding, partition, cid, phrase, version, shown, abstract, runs)
             unit.procedural.append(proc)
-            unit.twins.append(_twin(proc, partition, pkey, version))
+            if (
+                proc.status == CandidateStatus.pending_score
+                or stored_semantic is None
+                or _twin_id(partition, proc.candidate_id, version) in stored_semantic
+            ):
+                unit.twins.append(_twin(proc, partition, pkey, version))
             pit = _pitfall(finding, proc, partition, pkey, settings.policy)
             if pit is not None:
                 unit.pitfalls.append(pit)
@@ -736,6 +749,8 @@ class MineState:
 
     units: dict[str, tuple[str, dict[str, Any]]]
     extracted: list[dict[str, Any]]
+    # the partition's stored semantic candidates (twins among them): None when not read
+    semantic_ids: frozenset[str] | None = None
 
 
 @dataclass
@@ -759,6 +774,12 @@ def read_mine_state(stores: Stores, partition: Partition) -> MineState:
     return MineState(
         units=load_units(stores.meta, partition.tenant_id, partition.namespace),
         extracted=extracted_claim_rows(stores, partition),
+        semantic_ids=partition_ids(
+            stores.meta,
+            partition.tenant_id,
+            partition.namespace,
+            kind=CandidateKind.semantic.value,
+        ),
     )
 
 
@@ -786,7 +807,7 @@ def compute_mining(
     evidence_columns = table.select(_EVIDENCE_COLUMNS)  # not texts nor claims: ~1M rows a night
     remined = evidence_columns.filter(pc.is_in(table.column("episode_id"), value_set=ids))
     evidence = _Evidence.of(remined, plan.episodes, settings, partition.namespace)
-    units = _mine_clusters(settings, partition, evidence, members)
+    units = _mine_clusters(settings, partition, evidence, members, state.semantic_ids)
     result.clusters = plan.clusters
     result.units_mined, result.units_kept = len(units), len(kept)
     # facts extracted from conversations (stages/extract) enter as claims on their evidence
@@ -846,9 +867,9 @@ def stage_mining(
     """``write_mining`` up to the upsert, but for the twins (``settle_twins``): stale pending
     candidates retired.
 
-    What counts as produced includes every twin, kept or not: one the store does not hold
-    is no pending candidate ``_stale`` could retire, so the stale ones are the same either
-    way."""
+    What counts as produced includes every twin built, kept or not: one the store does not
+    hold (or one not built, ``_mine_clusters``) is no pending candidate ``_stale`` could
+    retire, so the stale ones are the same either way."""
     units, kept = mined.units, mined.kept
     produced = {
         c.candidate_id

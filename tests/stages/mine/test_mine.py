@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.models import CandidateKind, CandidateStatus
+from memory_core.context import Partition
+from memory_core.models import Candidate, CandidateKind, CandidateStatus
 from memory_core.stages.cluster.stage import list_clusters
+from memory_core.stages.mine.stage import MineState, compute_mining, read_mine_state
 from memory_core.stores.candidates import list_candidates
+from memory_core.stores.clusters import load_partition
 
 RESET = ["reset network adapter", "reconnect vpn"]
 
@@ -145,6 +149,51 @@ def test_a_stored_twin_follows_its_procedure_when_it_stops_passing(mem, kit) -> 
     [after] = twins()
     assert after.candidate_id == twin.candidate_id
     assert after.status == CandidateStatus.auto_rejected and after.reason == cand.reason
+
+
+def test_a_failing_procedures_twin_is_built_only_when_the_store_holds_it(mem, kit) -> None:
+    """Mining's compute (which may run in a worker process) builds a failing procedure's
+    twin only when the partition's stored semantic candidates hold it, the only twins
+    ``_keep_twins`` keeps; without that read it builds all of them for the writer to check."""
+    same = {"error_code": "720", "adapter_mismatch": "true"}
+    passing = [
+        kit.make_episode(f"e{i}", minutes=i, subject_id=f"u{i}", conditions=same) for i in range(3)
+    ]
+    mem.ingest(passing)
+    mem.consolidate()
+    [stored] = [c for c in list_candidates(mem.stores.meta) if c.stats.get("twin_of")]
+    # the passing procedure now fails, and a second one (two successes) never passed
+    mem.ingest(
+        [
+            kit.make_episode("f", minutes=9, outcome="failure", conditions=same),
+            *(
+                kit.make_episode(
+                    f"o{i}",
+                    minutes=10 + i,
+                    subject_id=f"v{i}",
+                    conditions=same,
+                    actions=["restart router"],
+                )
+                for i in range(2)
+            ),
+        ]
+    )
+    mem.cluster(now=kit.NOW.replace(day=2))
+    part = Partition("acme", "it")
+    clustering = load_partition(mem.stores.meta, "acme", "it", centroids=False)
+
+    def twins_built(state: MineState) -> tuple[dict[str, Candidate], set[str]]:
+        mined = compute_mining(mem.stores.lance, mem.settings, part, state, clustering)
+        procs = {c.candidate_id: c for u in mined.units.values() for c in u.procedural}
+        return procs, {t.stats["twin_of"] for u in mined.units.values() for t in u.twins}
+
+    state = read_mine_state(mem.stores, part)
+    assert stored.candidate_id in (state.semantic_ids or ())
+    procs, built = twins_built(state)
+    assert len(procs) == 2
+    assert {c.status for c in procs.values()} == {CandidateStatus.auto_rejected}
+    assert built == {stored.stats["twin_of"]}
+    assert twins_built(replace(state, semantic_ids=None))[1] == set(procs)
 
 
 def test_tenant_scope_needs_two_subjects(mem, kit) -> None:
