@@ -3,16 +3,20 @@ after any sequence of nights equals what mining every unit again would store."""
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_core.context import Partition
-from memory_core.stages.mine.units import plan_units
+from memory_core.models import content_hash
+from memory_core.stages.mine import units as units_module
+from memory_core.stages.mine.units import plan_units, unit_key
 from memory_core.stores.mine_units import load_units
 
 
@@ -100,6 +104,78 @@ def test_fingerprints_do_not_depend_on_row_order(mem, kit) -> None:
     )
     assert plan_units(table, has_actions, info, members, ["other"]).fingerprints != (
         plan.fingerprints
+    )
+
+
+def _reference_fingerprints(
+    rows: list[tuple[str, str | None, bool]], cluster_of: dict[str, str],
+    codes: dict[str, str | None], config: Any,
+) -> dict[str, str]:  # fmt: skip
+    """The fingerprints as ``units.py`` defines them, written plainly: per unit, the SHA-256 of
+    the salt and its episodes' (cluster, id, content hash) lines in id order. Stored
+    fingerprints must keep this value across rewrites of ``plan_units``: any other value makes
+    every stored unit look touched, and the next night mines them all again."""
+    lines: dict[str, list[tuple[str, str]]] = {}
+    for eid, chash, with_actions in rows:
+        if not with_actions or eid not in cluster_of:
+            continue
+        cid = cluster_of[eid]
+        unit = unit_key(cid, codes[cid])
+        lines.setdefault(unit, []).append((eid, f"{cid}\x1f{eid}\x1f{chash or ''}"))
+    salt = content_hash([units_module._VERSION, config])
+    return {
+        unit: hashlib.sha256(
+            (f"{salt}\n" + "\n".join(line for _, line in sorted(found))).encode()
+        ).hexdigest()[:32]
+        for unit, found in lines.items()
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.text("abcde0123", min_size=1, max_size=4),
+            st.none() | st.text("xyz", max_size=3),
+            st.booleans(),
+        ),
+        max_size=30,
+        unique_by=lambda r: r[0],
+    ),
+    clusters=st.lists(st.sampled_from(["c1", "c2", "c3", "c4"]), min_size=30, max_size=30),
+    unclustered=st.sets(st.integers(0, 29), max_size=5),
+    codes=st.fixed_dictionaries(
+        {c: st.none() | st.sampled_from(["", "720", "800"]) for c in ["c1", "c2", "c3", "c4"]}
+    ),
+)
+def test_fingerprints_are_their_definition(
+    rows: list[tuple[str, str | None, bool]], clusters: list[str], unclustered: set[int],
+    codes: dict[str, str | None],
+) -> None:  # fmt: skip
+    cluster_of = {row[0]: clusters[i] for i, row in enumerate(rows) if i not in unclustered}
+    table = pa.table(
+        {
+            "episode_id": pa.array([r[0] for r in rows], pa.string()),
+            "content_hash": pa.array([r[1] for r in rows], pa.string()),
+        }
+    )
+    has_actions = pa.array([r[2] for r in rows], pa.bool_())
+    members = pa.table(
+        {
+            "episode_id": pa.array(list(cluster_of), pa.string()),
+            "cluster_id": pa.array(list(cluster_of.values()), pa.string()),
+        }
+    )
+    info = pa.table(
+        {
+            "cluster_id": pa.array(list(codes), pa.string()),
+            "error_code": pa.array(list(codes.values()), pa.string()),
+        }
+    )
+    plan = plan_units(table, has_actions, info, members, ["cfg"])
+    assert plan.fingerprints == _reference_fingerprints(rows, cluster_of, codes, ["cfg"])
+    assert sorted(plan.episodes.get_column("episode_id").to_list()) == sorted(
+        r[0] for r in rows if r[2] and r[0] in cluster_of
     )
 
 
