@@ -50,22 +50,26 @@ from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.gc_pause import gc_paused
 from memory_core.stages.cluster import stage as cluster_stage
+from memory_core.stages.cluster.selection import Choice
 from memory_core.stages.cluster.stage import (
     ClusterOutcome,
     ClusterResult,
     ClusterState,
     compute_clusters,
     read_cluster_state,
+    recorded_choices,
     write_clusters,
 )
 from memory_core.stages.mine import stage as mine_stage
 from memory_core.stages.mine.stage import (
     MinedPartition,
     MineState,
+    SharedMineState,
     StagedMining,
     compute_mining,
     finish_mining,
     read_mine_state,
+    read_shared_mine_state,
     settle_twins,
     stage_mining,
 )
@@ -142,10 +146,27 @@ class _Computed:
     seconds: dict[str, float]
 
 
-def read_partition_state(stores: Stores, partition: Partition) -> PartitionState:
-    """The partition's stored state both stages start from (DuckDB reads only)."""
+@dataclass(frozen=True)
+class SharedState:
+    """The small parts of every partition's state, read once for the night
+    (``read_shared_state``): the recorded cluster parameters and ``SharedMineState``."""
+
+    choices: dict[tuple[str, str], Choice | None]
+    mine: SharedMineState
+
+
+def read_shared_state(stores: Stores) -> SharedState:
+    return SharedState(choices=recorded_choices(stores), mine=read_shared_mine_state(stores))
+
+
+def read_partition_state(
+    stores: Stores, partition: Partition, shared: SharedState | None = None
+) -> PartitionState:
+    """The partition's stored state both stages start from (DuckDB reads only); ``shared``:
+    its small parts as read once for the night."""
     return PartitionState(
-        cluster=read_cluster_state(stores, partition), mine=read_mine_state(stores, partition)
+        cluster=read_cluster_state(stores, partition, shared.choices if shared else None),
+        mine=read_mine_state(stores, partition, shared.mine if shared else None),
     )
 
 
@@ -422,13 +443,15 @@ def consolidate_in_processes(
                           input_hash=unit.input_hash):  # fmt: skip
                 results[index] = {"partition": part.key, "skipped": True}
                 continue
-            state = read_partition_state(stores, part)
+            state = read_partition_state(stores, part, shared)
             adds = not recluster and state.cluster.members.num_rows > 0
             ahead = _AHEAD + per_commit if adds else _AHEAD
             future = pool.submit(_compute, ctx, part, state, recluster=recluster)
             window.append((index, unit, future))
 
     with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
+        # before any partition's writes, so each partition's part is what its own read gives
+        shared = read_shared_state(stores)
         refill()
         while window:
             # one commit, each partition's ledger entry in it; no cyclic collection meanwhile

@@ -31,6 +31,7 @@ __all__ = [
     "episode_pins",
     "existing_ids",
     "get_candidates",
+    "ids_by_partition",
     "list_candidates",
     "merge_candidate_stats",
     "partition_ids",
@@ -605,6 +606,18 @@ def partition_ids(meta: MetaStore, tenant_id: str, namespace: str, *, kind: str)
             [tenant_id, namespace, kind],
         ).fetchall()
     return frozenset(r[0] for r in rows)
+
+
+def ids_by_partition(meta: MetaStore, *, kind: str) -> dict[tuple[str, str], frozenset[str]]:
+    """``partition_ids`` of every partition that has one, by (tenant, namespace), in one read."""
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT tenant_id, namespace, candidate_id FROM candidates WHERE kind = ?", [kind]
+        ).fetchall()
+    out: dict[tuple[str, str], set[str]] = {}
+    for tenant, namespace, cid in rows:
+        out.setdefault((tenant, namespace), set()).add(cid)
+    return {key: frozenset(ids) for key, ids in out.items()}
 
 
 def existing_ids(meta: MetaStore, ids: list[str]) -> set[str]:

@@ -34,6 +34,7 @@ __all__ = [
     "done_sessions",
     "extracted_facts",
     "fact_digests",
+    "fact_partitions",
     "facts_for_episodes",
     "set_fact_groups",
     "ungrouped_subjects",
@@ -149,6 +150,13 @@ def _fact_row(f: ExtractedFactRow, *, run_id: str, now: datetime) -> tuple[Any, 
         f.authority, f.speaker_role, f.importance, f.source, f.custom_id, f.model,
         f.prompt_version, f.group_predicate, f.group_object, run_id, now,
     )  # fmt: skip
+
+
+def fact_partitions(meta: MetaStore) -> set[tuple[str, str]]:
+    """The (tenant, namespace) pairs holding an extracted fact."""
+    with meta.connect() as con:
+        rows = con.execute("SELECT DISTINCT tenant_id, namespace FROM extracted_facts").fetchall()
+    return {(tenant, namespace) for tenant, namespace in rows}
 
 
 def extracted_facts(

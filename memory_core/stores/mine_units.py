@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from memory_core.stores.meta import MetaStore, registered
 
-__all__ = ["UnitSave", "load_units", "save_partitions_units"]
+__all__ = ["UnitSave", "load_all_units", "load_units", "save_partitions_units"]
 
 
 def load_units(meta: MetaStore, tenant_id: str, namespace: str) -> dict[str, tuple[str, dict]]:
@@ -28,6 +28,18 @@ def load_units(meta: MetaStore, tenant_id: str, namespace: str) -> dict[str, tup
             [tenant_id, namespace],
         ).fetchall()
     return {key: (fp, json.loads(produced)) for key, fp, produced in rows}
+
+
+def load_all_units(meta: MetaStore) -> dict[tuple[str, str], dict[str, tuple[str, dict]]]:
+    """``load_units`` of every partition, by (tenant, namespace), in one read."""
+    out: dict[tuple[str, str], dict[str, tuple[str, dict]]] = {}
+    with meta.connect() as con:
+        rows = con.execute(
+            "SELECT tenant_id, namespace, unit_key, fingerprint, produced FROM mine_units"
+        ).fetchall()
+    for tenant, namespace, key, fp, produced in rows:
+        out.setdefault((tenant, namespace), {})[key] = (fp, json.loads(produced))
+    return out
 
 
 class UnitSave(NamedTuple):

@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -88,6 +89,7 @@ __all__ = [
     "compute_clusters",
     "list_clusters",
     "read_cluster_state",
+    "recorded_choices",
     "write_clusters",
 ]
 
@@ -454,10 +456,25 @@ def _recorded_choice(stores: Stores, partition: Partition) -> Choice | None:
             "AND json_extract_string(detail, '$.namespace') = ? ORDER BY logged_at DESC LIMIT 1",
             [SELECTION_ACTION, partition.tenant_id, partition.namespace],
         ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else _choice_of(row[0])
+
+
+def recorded_choices(stores: Stores) -> dict[tuple[str, str], Choice | None]:
+    """``_recorded_choice`` of every partition that has one, by (tenant, namespace), in one
+    read of the audit log: a night of many partitions read it once per partition, each read
+    a scan of the whole log (which only grows), ~1.5 ms each at 1M (BENCHMARKS.md s46)."""
+    with stores.meta.connect() as con:
+        rows = con.execute(
+            "SELECT tenant_id, json_extract_string(detail, '$.namespace') AS namespace, "
+            "arg_max(detail, logged_at) FROM audit_log WHERE action = ? GROUP BY ALL",
+            [SELECTION_ACTION],
+        ).fetchall()
+    return {(tenant, namespace): _choice_of(detail) for tenant, namespace, detail in rows}
+
+
+def _choice_of(detail: str) -> Choice | None:
     try:
-        return Choice.from_dict(json.loads(row[0])["choice"])
+        return Choice.from_dict(json.loads(detail)["choice"])
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -530,12 +547,24 @@ class ClusterOutcome:
     record: Choice | None = None
 
 
-def read_cluster_state(stores: Stores, partition: Partition) -> ClusterState:
-    """The partition's stored clustering and recorded parameters (DuckDB reads only)."""
+def read_cluster_state(
+    stores: Stores,
+    partition: Partition,
+    choices: Mapping[tuple[str, str], Choice | None] | None = None,
+) -> ClusterState:
+    """The partition's stored clustering and recorded parameters (DuckDB reads only);
+    ``choices``: every partition's recorded parameters as ``recorded_choices`` read them for
+    a night of many partitions, instead of a read of the partition's."""
     old_clusters, old_members = cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace
     )
-    recorded = _recorded_choice(stores, partition) if old_clusters.num_rows else None
+    recorded = None
+    if old_clusters.num_rows:
+        recorded = (
+            _recorded_choice(stores, partition)
+            if choices is None
+            else choices.get((partition.tenant_id, partition.namespace))
+        )
     return ClusterState(old_clusters, old_members, recorded)
 
 

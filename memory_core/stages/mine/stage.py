@@ -80,23 +80,32 @@ from memory_core.stores.candidates import (
     episode_pins,
     existing_ids,
     get_candidates,
+    ids_by_partition,
     partition_ids,
     pending_keys,
     upsert_candidates,
 )
+from memory_core.stores.extract import fact_partitions
 from memory_core.stores.lance import LanceStore
-from memory_core.stores.mine_units import UnitSave, load_units, save_partitions_units
+from memory_core.stores.mine_units import (
+    UnitSave,
+    load_all_units,
+    load_units,
+    save_partitions_units,
+)
 
 __all__ = [
     "MineState",
     "MinedPartition",
     "MiningResult",
+    "SharedMineState",
     "StagedMining",
     "compute_mining",
     "finish_mining",
     "mine_partition",
     "procedural_candidate_id",
     "read_mine_state",
+    "read_shared_mine_state",
     "settle_twins",
     "stage_mining",
     "write_mining",
@@ -769,18 +778,47 @@ class MinedPartition:
     pins: EpisodePins
 
 
-def read_mine_state(stores: Stores, partition: Partition) -> MineState:
-    """The partition's stored unit fingerprints and extracted claims."""
-    return MineState(
-        units=load_units(stores.meta, partition.tenant_id, partition.namespace),
-        extracted=extracted_claim_rows(stores, partition),
-        semantic_ids=partition_ids(
-            stores.meta,
-            partition.tenant_id,
-            partition.namespace,
-            kind=CandidateKind.semantic.value,
-        ),
+@dataclass(frozen=True)
+class SharedMineState:
+    """The small parts of every partition's ``MineState``, each read once for a night of many
+    partitions (``read_shared_mine_state``) instead of once per partition: unit fingerprints,
+    stored semantic ids, and which partitions hold extracted facts (the others read none).
+
+    Why: a 1M home's night read them 100 times, ~1-1.5 ms a read (BENCHMARKS.md s46). Read
+    before any partition's writes, they are what each partition's own read would return: only
+    that partition's writes change its rows, and the night holds the pipeline lease."""
+
+    units: dict[tuple[str, str], dict[str, tuple[str, dict[str, Any]]]]
+    semantic_ids: dict[tuple[str, str], frozenset[str]]
+    with_facts: set[tuple[str, str]]
+
+
+def read_shared_mine_state(stores: Stores) -> SharedMineState:
+    return SharedMineState(
+        units=load_all_units(stores.meta),
+        semantic_ids=ids_by_partition(stores.meta, kind=CandidateKind.semantic.value),
+        with_facts=fact_partitions(stores.meta),
     )
+
+
+def read_mine_state(
+    stores: Stores, partition: Partition, shared: SharedMineState | None = None
+) -> MineState:
+    """The partition's stored unit fingerprints and extracted claims; ``shared``: the small
+    parts as read once for the night."""
+    key = (partition.tenant_id, partition.namespace)
+    if shared is None:
+        units = load_units(stores.meta, partition.tenant_id, partition.namespace)
+        semantic = partition_ids(
+            stores.meta, partition.tenant_id, partition.namespace,
+            kind=CandidateKind.semantic.value,
+        )  # fmt: skip
+        extracted = extracted_claim_rows(stores, partition)
+    else:
+        units = dict(shared.units.get(key, {}))
+        semantic = shared.semantic_ids.get(key, frozenset())
+        extracted = extracted_claim_rows(stores, partition) if key in shared.with_facts else []
+    return MineState(units=units, extracted=extracted, semantic_ids=semantic)
 
 
 def compute_mining(

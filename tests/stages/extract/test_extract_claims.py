@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 
 from memory_core.config import Settings
 from memory_core.context import Partition, RunContext
+from memory_core.embed import HashEmbedder
 from memory_core.models import CandidateStatus
+from memory_core.stages.consolidate import consolidate_partition, consolidation_plan
+from memory_core.stages.consolidate_pool import read_partition_state, read_shared_state
+from memory_core.stages.embed import embed_episodes
 from memory_core.stages.extract import extract_facts
 from memory_core.stages.extract.plan import RequestPlan
 from memory_core.stages.extract.prompt import ExtractAnswer, Turn
@@ -196,3 +200,45 @@ def test_requests_never_mix_tenants_and_replan_identically(sessions: list[tuple]
     again = pack_requests(list(reversed(plans_in)), cfg, model="m", prompt_version="p")
     assert sorted(r.custom_id for r in again) == sorted(r.custom_id for r in requests)
     assert len({r.custom_id for r in requests}) == len(requests)
+
+
+def test_a_nights_shared_state_reads_give_each_partition_its_own_reads(
+    stores: Stores, settings: Settings
+) -> None:
+    """The process pool reads every partition's small state once for the night
+    (``read_shared_state``); each partition's part must be what its own reads give: a
+    partition with extracted facts, one with clusters, mined units, a stored insight twin
+    and recorded cluster parameters, and one the night has not seen before."""
+    ingest(stores, settings, conversation())
+    vpn = [
+        turn(f"v{i}", f"sv{i}", 10 + i, "Reset the adapter, then reconnected.",
+             namespace="it", subject_id=f"w{i}", source_role="agent",
+             goal="VPN fails with error 720",
+             actions=["reset network adapter", "reconnect vpn"], outcome="success",
+             conditions={"error_code": "720", "adapter_mismatch": "true"})
+        for i in range(4)
+    ]  # fmt: skip
+    ingest(stores, settings, vpn)
+    extract_and_mine(stores, settings)
+    ctx = RunContext(now=NOW, run_id="r2")
+    embed_episodes(stores, settings, ctx, embedder=HashEmbedder(settings.embed.dim))
+    for unit in [p.unit for p in consolidation_plan(stores, settings, recluster=False)]:
+        consolidate_partition(stores, settings, ctx, unit, recluster=False)
+    ingest(stores, settings, [turn("n1", "sn", 5, "Hello there", tenant_id="other")])
+    shared = read_shared_state(stores)
+    parts = [Partition("acme", "chat"), Partition("acme", "it"), Partition("other", "chat")]
+    seen = {"facts": 0, "recorded": 0, "units": 0, "twins": 0}
+    for part in parts:
+        alone, together = (
+            read_partition_state(stores, part),
+            read_partition_state(stores, part, shared),
+        )
+        assert together.cluster.recorded == alone.cluster.recorded, part
+        assert together.cluster.clusters.equals(alone.cluster.clusters), part
+        assert together.cluster.members.equals(alone.cluster.members), part
+        assert together.mine == alone.mine, part
+        seen["facts"] += bool(alone.mine.extracted)
+        seen["recorded"] += alone.cluster.recorded is not None
+        seen["units"] += bool(alone.mine.units)
+        seen["twins"] += bool(alone.mine.semantic_ids)
+    assert all(seen.values()), seen  # each kind of state was there to compare
