@@ -35,6 +35,7 @@ from memory_core.stages.consolidate import (
     index_episodes,
 )
 from memory_core.stages.consolidate import consolidate_partition as consolidate
+from memory_core.stages.shared_state import read_shared_state
 from memory_core.stages.stage_ledger import LedgeredWork
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.candidates import count_by_status, run_candidate_rows
@@ -113,7 +114,11 @@ def consolidate_partitions(
                 stores, settings, ctx, work, recluster=recluster, workers=processes, pool=pool
             )
     with stores.meta.session() if settings.runner.kind == "threads" else nullcontext():
-        return [consolidate(stores, settings, ctx, unit, recluster=recluster) for unit in work]
+        shared = read_shared_state(stores) if len(work) > 1 else None  # before any writes
+        return [
+            consolidate(stores, settings, ctx, unit, recluster=recluster, shared=shared)
+            for unit in work
+        ]
 
 
 def compute_processes(plan: list[PlannedPartition], settings: Settings) -> int:

@@ -20,6 +20,7 @@ from memory_core.models import content_hash
 from memory_core.stages.cluster.stage import cluster_partition
 from memory_core.stages.mine.stage import mine_partition
 from memory_core.stages.partitions import STAGE, PartitionWork, plan_partitions
+from memory_core.stages.shared_state import SharedState
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores import Stores
 from memory_core.stores.extract import fact_digests
@@ -104,22 +105,27 @@ def consolidate_partition(
     unit: LedgeredWork,
     *,
     recluster: bool,
+    shared: SharedState | None = None,
 ) -> dict[str, Any]:
     """Cluster, then mine counterexamples and claims, for one partition, at most once per
-    input (the ledger) and with the watermark moved only after both committed."""
+    input (the ledger) and with the watermark moved only after both committed. ``shared``:
+    the small parts of the partitions' state as read once for the night
+    (``stages/shared_state.py``), read before this partition's writes."""
     partition = unit.partition
 
     def work() -> dict[str, Any]:
         t0 = time.perf_counter()
         with stores.meta.session():
             clustered = cluster_partition(
-                stores, settings.cluster, ctx, partition, recluster=recluster, steps=settings.steps
-            )
+                stores, settings.cluster, ctx, partition, recluster=recluster,
+                steps=settings.steps, choices=shared.choices if shared else None,
+            )  # fmt: skip
             t1 = time.perf_counter()
             crash_point("partition.clustered")
             mined = mine_partition(
-                stores, settings, ctx, partition, clustering=clustered.clustering
-            )
+                stores, settings, ctx, partition, clustering=clustered.clustering,
+                shared=shared.mine if shared else None,
+            )  # fmt: skip
         t2 = time.perf_counter()
         crash_point("partition.mined")
         return {

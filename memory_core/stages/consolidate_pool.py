@@ -50,30 +50,27 @@ from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.gc_pause import gc_paused
 from memory_core.stages.cluster import stage as cluster_stage
-from memory_core.stages.cluster.selection import Choice
 from memory_core.stages.cluster.stage import (
     ClusterOutcome,
     ClusterResult,
     ClusterState,
     compute_clusters,
     read_cluster_state,
-    recorded_choices,
     write_clusters,
 )
 from memory_core.stages.mine import stage as mine_stage
 from memory_core.stages.mine.stage import (
     MinedPartition,
     MineState,
-    SharedMineState,
     StagedMining,
     compute_mining,
     finish_mining,
     read_mine_state,
-    read_shared_mine_state,
     settle_twins,
     stage_mining,
 )
 from memory_core.stages.partitions import active_episodes_where
+from memory_core.stages.shared_state import SharedState, read_shared_state
 from memory_core.stages.stage_ledger import Done, LedgeredWork, record_done
 from memory_core.stores import Stores
 from memory_core.stores.candidates import upsert_candidate_groups
@@ -144,19 +141,6 @@ class _Computed:
     cluster: ClusterOutcome
     mined: MinedPartition
     seconds: dict[str, float]
-
-
-@dataclass(frozen=True)
-class SharedState:
-    """The small parts of every partition's state, read once for the night
-    (``read_shared_state``): the recorded cluster parameters and ``SharedMineState``."""
-
-    choices: dict[tuple[str, str], Choice | None]
-    mine: SharedMineState
-
-
-def read_shared_state(stores: Stores) -> SharedState:
-    return SharedState(choices=recorded_choices(stores), mine=read_shared_mine_state(stores))
 
 
 def read_partition_state(

@@ -33,6 +33,7 @@ from memory_core.stages.consolidate_pool import (
 )
 from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
+from memory_core.stages.shared_state import read_shared_state
 from memory_core.stores import Stores, open_stores
 from memory_core.stores.ledger import ledger_has
 from tests.flows.crash_kit import diff, scenario_lines, snapshot
@@ -63,7 +64,9 @@ def _add(settings: Settings, lines: list[str], now: datetime) -> None:
     embed_episodes(stores, settings, ctx, embedder=embedder)
 
 
-def _night(stores: Stores, settings: Settings, now: datetime, *, processes: int) -> list[Any]:
+def _night(
+    stores: Stores, settings: Settings, now: datetime, *, processes: int, shared: bool = False
+) -> list[Any]:
     ctx = RunContext(now=now, run_id=f"run-{now:%d}")
     units = [p.unit for p in consolidation_plan(stores, settings, recluster=False)]
     if processes:
@@ -71,7 +74,11 @@ def _night(stores: Stores, settings: Settings, now: datetime, *, processes: int)
             stores, settings, ctx, units, recluster=False, workers=processes
         )
     else:
-        out = [consolidate_partition(stores, settings, ctx, u, recluster=False) for u in units]
+        once = read_shared_state(stores) if shared else None
+        out = [
+            consolidate_partition(stores, settings, ctx, u, recluster=False, shared=once)
+            for u in units
+        ]
     for result in out:
         result.pop("seconds", None)  # wall time, not a result
     return out
@@ -109,6 +116,24 @@ def test_process_path_stores_what_the_thread_path_stores(template: Path, tmp_pat
     problems = diff(snaps[0], snaps[2])
     assert not problems, "\n".join(problems)
     assert snaps[2]["candidates"] and snaps[2]["cluster_members"]
+
+
+def test_the_thread_path_stores_the_same_with_the_nights_shared_state(
+    template: Path, tmp_path: Path
+) -> None:
+    """A night's partitions given their small state as read once for the night store what
+    each partition's own reads make them store, on a first night and on one that adds."""
+    snaps, results = {}, {}
+    for shared in (False, True):
+        settings, stores = _copy(template, tmp_path / f"home{shared}")
+        first = _night(stores, settings, NIGHT1, processes=0, shared=shared)
+        _add(settings, _lines("b"), NIGHT2)
+        second = _night(stores, settings, NIGHT2, processes=0, shared=shared)
+        snaps[shared], results[shared] = snapshot(stores), (first, second)
+    assert all(r["cluster"]["new_members"] > 0 for r in results[True][1])
+    assert results[True] == results[False]
+    problems = diff(snaps[False], snaps[True])
+    assert not problems, "\n".join(problems)
 
 
 def _spawned_sees(name: str) -> str:

@@ -512,15 +512,16 @@ def cluster_partition(
     *,
     recluster: bool = False,
     steps: StepsConfig | None = None,
+    choices: Mapping[tuple[str, str], Choice | None] | None = None,
 ) -> ClusterResult:
     """Place the partition's unclustered episodes (or all of them, with ``recluster``).
 
     A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
     its parameters (``selection``) and records the choice; incremental runs reuse it. The same
     three steps the process pool runs apart (``stages/consolidate_pool.py``): read, compute,
-    write.
+    write. ``choices``: as ``read_cluster_state`` takes them.
     """
-    state = read_cluster_state(stores, partition)
+    state = read_cluster_state(stores, partition, choices)
     outcome = compute_clusters(stores.lance, config, ctx, partition, state, recluster=recluster,
                                steps=steps)  # fmt: skip
     return write_clusters(stores, ctx, partition, outcome)

@@ -989,6 +989,7 @@ def mine_partition(
     partition: Partition,
     *,
     clustering: tuple[pa.Table, pa.Table] | None = None,
+    shared: SharedMineState | None = None,
 ) -> MiningResult:
     """Mine one partition's changed units and its claims into candidates; idempotent per input.
 
@@ -1001,6 +1002,6 @@ def mine_partition(
     clustering = clustering or cluster_store.load_partition(
         stores.meta, partition.tenant_id, partition.namespace, centroids=False
     )
-    state = read_mine_state(stores, partition)
+    state = read_mine_state(stores, partition, shared)
     mined = compute_mining(stores.lance, settings, partition, state, clustering)
     return write_mining(stores, settings, ctx, partition, mined)

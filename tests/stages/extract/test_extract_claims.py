@@ -16,13 +16,14 @@ from memory_core.context import Partition, RunContext
 from memory_core.embed import HashEmbedder
 from memory_core.models import CandidateStatus
 from memory_core.stages.consolidate import consolidate_partition, consolidation_plan
-from memory_core.stages.consolidate_pool import read_partition_state, read_shared_state
+from memory_core.stages.consolidate_pool import read_partition_state
 from memory_core.stages.embed import embed_episodes
 from memory_core.stages.extract import extract_facts
 from memory_core.stages.extract.plan import RequestPlan
 from memory_core.stages.extract.prompt import ExtractAnswer, Turn
 from memory_core.stages.extract.rules import check_answer
 from memory_core.stages.mine import mine_partition
+from memory_core.stages.shared_state import read_shared_state
 from memory_core.stores import Stores
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.clusters import blocked_claim_episodes
