@@ -263,8 +263,12 @@ class _CommitGroup:
     The ledger is checked before a partition is computed (``refill``), not again here:
     nothing else writes the ledger while this process holds DuckDB and the run its lease."""
 
-    def __init__(self, stores: Stores, settings: Settings, ctx: RunContext) -> None:
+    def __init__(
+        self, stores: Stores, settings: Settings, ctx: RunContext,
+        shared: SharedState | None = None,
+    ) -> None:  # fmt: skip
         self.stores, self.settings, self.ctx = stores, settings, ctx
+        self.shared = shared  # the night's shared state, read before any partition's writes
         self.staged: list[_Staged] = []
         self.new_members = 0
         self.new_clusters: list[tuple[pa.Table, pa.Table]] = []  # saved together at flush
@@ -279,7 +283,8 @@ class _CommitGroup:
                                    new_rows=self.new_clusters)  # fmt: skip
         t1 = time.perf_counter()
         crash_point("partition.clustered")
-        mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined)
+        mining = stage_mining(self.stores, self.settings, unit.partition, computed.mined,
+                              self.shared.mine if self.shared else None)  # fmt: skip
         self.new_members += computed.cluster.result.new_members
         self.staged.append(_Staged(key, unit, computed.seconds, clustered, mining, t1 - t0,
                                    time.perf_counter() - t1))  # fmt: skip
@@ -440,7 +445,7 @@ def consolidate_in_processes(
         while window:
             # one commit, each partition's ledger entry in it; no cyclic collection meanwhile
             with stores.meta.atomic(), gc_paused():
-                group = _CommitGroup(stores, settings, ctx)
+                group = _CommitGroup(stores, settings, ctx, shared)
                 while window and not group.full(per_commit):
                     index, unit, future = window.popleft()
                     computed = future.result()

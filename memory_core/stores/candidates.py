@@ -572,21 +572,29 @@ def score_fields(
 
 
 def pending_keys(
-    meta: MetaStore, tenant_id: str, namespace: str, *, produced: Iterable[str] = ()
+    meta: MetaStore,
+    tenant_id: str,
+    namespace: str,
+    *,
+    produced: Iterable[str] = (),
+    pending: Iterable[str] | None = None,
 ) -> list[tuple[str, str | None, str | None]]:
     """(candidate id, policy version, cluster id) of a partition's ``pending_score`` candidates
     not in ``produced``, by id: what deciding staleness needs. The ids come first, without the
     bodies; only the bodies of the ones not produced (usually none) are read, by row id (a
     body holds every evidence pin: reading the two fields of every pending body cost more than
-    the rest of deciding staleness)."""
+    the rest of deciding staleness). ``pending``: the partition's pending_score ids as the
+    caller read them (``ids_by_partition``), instead of a read of its own."""
     done = set(produced)
     with meta.connect() as con:
-        rows = con.execute(
-            "SELECT candidate_id FROM candidates "
-            "WHERE status = ? AND tenant_id = ? AND namespace = ?",
-            [CandidateStatus.pending_score.value, tenant_id, namespace],
-        ).fetchall()
-        gone = sorted(r[0] for r in rows if r[0] not in done)
+        if pending is None:
+            rows = con.execute(
+                "SELECT candidate_id FROM candidates "
+                "WHERE status = ? AND tenant_id = ? AND namespace = ?",
+                [CandidateStatus.pending_score.value, tenant_id, namespace],
+            ).fetchall()
+            pending = [r[0] for r in rows]
+        gone = sorted(cid for cid in pending if cid not in done)
         if not gone:
             return []
         with _wanted_ids(con, gone):
@@ -608,11 +616,18 @@ def partition_ids(meta: MetaStore, tenant_id: str, namespace: str, *, kind: str)
     return frozenset(r[0] for r in rows)
 
 
-def ids_by_partition(meta: MetaStore, *, kind: str) -> dict[tuple[str, str], frozenset[str]]:
-    """``partition_ids`` of every partition that has one, by (tenant, namespace), in one read."""
+def ids_by_partition(
+    meta: MetaStore, *, kind: str | None = None, status: str | None = None
+) -> dict[tuple[str, str], frozenset[str]]:
+    """Ids of the stored candidates of one ``kind`` and/or ``status``, by (tenant, namespace),
+    in one read (partitions without one left out)."""
+    where = " AND ".join(
+        f"{column} = ?" for column, value in (("kind", kind), ("status", status)) if value
+    )
     with meta.connect() as con:
         rows = con.execute(
-            "SELECT tenant_id, namespace, candidate_id FROM candidates WHERE kind = ?", [kind]
+            f"SELECT tenant_id, namespace, candidate_id FROM candidates WHERE {where or 'TRUE'}",
+            [value for value in (kind, status) if value],
         ).fetchall()
     out: dict[tuple[str, str], set[str]] = {}
     for tenant, namespace, cid in rows:

@@ -720,7 +720,12 @@ def _count_blocked(
 
 
 def _stale(
-    stores: Stores, partition: Partition, produced: set[str], clusters: set[str], version: str
+    stores: Stores,
+    partition: Partition,
+    produced: set[str],
+    clusters: set[str],
+    version: str,
+    pending: frozenset[str] | None = None,
 ) -> list[Candidate]:
     """Pending candidates of the partition this run no longer produces, as auto_rejected.
 
@@ -729,7 +734,8 @@ def _stale(
     scoring and review as if it were current. Decided ones are never touched.
     """
     stale = []
-    gone = pending_keys(stores.meta, partition.tenant_id, partition.namespace, produced=produced)
+    gone = pending_keys(stores.meta, partition.tenant_id, partition.namespace, produced=produced,
+                        pending=pending)  # fmt: skip
     bodies = {c.candidate_id: c for c in get_candidates(stores.meta, [k[0] for k in gone])}
     for cid, policy_version, cluster_id in gone:
         cand = bodies[cid]
@@ -791,6 +797,7 @@ class SharedMineState:
     units: dict[tuple[str, str], dict[str, tuple[str, dict[str, Any]]]]
     semantic_ids: dict[tuple[str, str], frozenset[str]]
     with_facts: set[tuple[str, str]]
+    pending_ids: dict[tuple[str, str], frozenset[str]]  # pending_score: what ``_stale`` checks
 
 
 def read_shared_mine_state(stores: Stores) -> SharedMineState:
@@ -798,6 +805,7 @@ def read_shared_mine_state(stores: Stores) -> SharedMineState:
         units=load_all_units(stores.meta),
         semantic_ids=ids_by_partition(stores.meta, kind=CandidateKind.semantic.value),
         with_facts=fact_partitions(stores.meta),
+        pending_ids=ids_by_partition(stores.meta, status=CandidateStatus.pending_score.value),
     )
 
 
@@ -900,7 +908,11 @@ class StagedMining:
 
 
 def stage_mining(
-    stores: Stores, settings: Settings, partition: Partition, mined: MinedPartition
+    stores: Stores,
+    settings: Settings,
+    partition: Partition,
+    mined: MinedPartition,
+    shared: SharedMineState | None = None,
 ) -> StagedMining:
     """``write_mining`` up to the upsert, but for the twins (``settle_twins``): stale pending
     candidates retired.
@@ -916,7 +928,11 @@ def stage_mining(
     }
     produced.update(c.candidate_id for c in mined.claims)
     produced.update(cid for done in kept.values() for cid in done["ids"])
-    stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version)
+    pending = None
+    if shared is not None:
+        pending = shared.pending_ids.get((partition.tenant_id, partition.namespace), frozenset())
+    stale = _stale(stores, partition, produced, mined.cluster_ids, settings.policy.version,
+                   pending)  # fmt: skip
     return StagedMining(mined, stale)
 
 
@@ -966,12 +982,12 @@ def finish_mining(
 
 def write_mining(
     stores: Stores, settings: Settings, ctx: RunContext, partition: Partition,
-    mined: MinedPartition,
+    mined: MinedPartition, shared: SharedMineState | None = None,
 ) -> MiningResult:  # fmt: skip
     """Store what ``compute_mining`` found (DuckDB reads and writes): twins kept in step with
     the store, stale pending candidates retired, candidates upserted, unit state saved,
     blocked claims audited; the result."""
-    staged = stage_mining(stores, settings, partition, mined)
+    staged = stage_mining(stores, settings, partition, mined, shared)
     settle_twins(stores, [staged])
     upserted = None
     if not ctx.dry_run:
@@ -1004,4 +1020,4 @@ def mine_partition(
     )
     state = read_mine_state(stores, partition, shared)
     mined = compute_mining(stores.lance, settings, partition, state, clustering)
-    return write_mining(stores, settings, ctx, partition, mined)
+    return write_mining(stores, settings, ctx, partition, mined, shared)

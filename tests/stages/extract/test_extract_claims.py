@@ -25,7 +25,7 @@ from memory_core.stages.extract.rules import check_answer
 from memory_core.stages.mine import mine_partition
 from memory_core.stages.shared_state import read_shared_state
 from memory_core.stores import Stores
-from memory_core.stores.candidates import list_candidates
+from memory_core.stores.candidates import list_candidates, pending_keys
 from memory_core.stores.clusters import blocked_claim_episodes
 from memory_core.stores.extract import extracted_facts
 from tests.kit.anthropic import FakeAnthropic
@@ -228,7 +228,7 @@ def test_a_nights_shared_state_reads_give_each_partition_its_own_reads(
     ingest(stores, settings, [turn("n1", "sn", 5, "Hello there", tenant_id="other")])
     shared = read_shared_state(stores)
     parts = [Partition("acme", "chat"), Partition("acme", "it"), Partition("other", "chat")]
-    seen = {"facts": 0, "recorded": 0, "units": 0, "twins": 0}
+    seen = {"facts": 0, "recorded": 0, "units": 0, "twins": 0, "pending": 0}
     for part in parts:
         alone, together = (
             read_partition_state(stores, part),
@@ -238,6 +238,10 @@ def test_a_nights_shared_state_reads_give_each_partition_its_own_reads(
         assert together.cluster.clusters.equals(alone.cluster.clusters), part
         assert together.cluster.members.equals(alone.cluster.members), part
         assert together.mine == alone.mine, part
+        pending = {k[0] for k in pending_keys(stores.meta, part.tenant_id, part.namespace)}
+        key = (part.tenant_id, part.namespace)
+        assert shared.mine.pending_ids.get(key, frozenset()) == pending, part
+        seen["pending"] += bool(pending)
         seen["facts"] += bool(alone.mine.extracted)
         seen["recorded"] += alone.cluster.recorded is not None
         seen["units"] += bool(alone.mine.units)

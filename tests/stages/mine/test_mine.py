@@ -8,13 +8,20 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory_core.context import Partition
+from memory_core.context import Partition, RunContext
 from memory_core.models import Candidate, CandidateKind, CandidateStatus
 from memory_core.stages.cluster.stage import list_clusters
-from memory_core.stages.mine.stage import MineState, compute_mining, read_mine_state
+from memory_core.stages.mine.stage import (
+    MineState,
+    compute_mining,
+    mine_partition,
+    read_mine_state,
+    read_shared_mine_state,
+)
 from memory_core.stores.candidates import list_candidates
 from memory_core.stores.clusters import load_partition
 
@@ -394,12 +401,23 @@ def test_clusters_sharing_an_error_code_are_judged_together(tmp_path: Path, kit)
     assert proc.procedure.preconditions == {"os": "linux"}  # what separates them
 
 
-def test_a_policy_change_retires_candidates_of_the_old_version(tmp_path: Path, kit) -> None:
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_policy_change_retires_candidates_of_the_old_version(
+    tmp_path: Path, kit, shared: bool
+) -> None:
+    """With ``shared``: the partitions' pending ids as a night of many reads them once
+    (``read_shared_mine_state``), which is what staleness then goes by."""
     old = kit.open_mem(tmp_path / "home")
     old.ingest(kit.seed_scenario())
     old.consolidate()
     new = kit.open_mem(tmp_path / "home", policy={"version": "2"})
-    new.consolidate()
+    if shared:
+        new.cluster()
+        once = read_shared_mine_state(new.stores)
+        mine_partition(new.stores, new.settings, RunContext(now=kit.NOW), Partition("acme", "it"),
+                       shared=once)  # fmt: skip
+    else:
+        new.consolidate()
     by_version = {c.policy_version: c for c in procedures(new)}
     assert by_version["2"].status == CandidateStatus.pending_score
     assert by_version["1"].status == CandidateStatus.auto_rejected
