@@ -34,7 +34,6 @@ __all__ = [
     "ids_by_partition",
     "list_candidates",
     "merge_candidate_stats",
-    "partition_ids",
     "pending_keys",
     "run_candidate_rows",
     "score_fields",
@@ -585,49 +584,42 @@ def pending_keys(
     body holds every evidence pin: reading the two fields of every pending body cost more than
     the rest of deciding staleness). ``pending``: the partition's pending_score ids as the
     caller read them (``ids_by_partition``), instead of a read of its own."""
+    if pending is None:
+        key = (tenant_id, namespace)
+        found_ids = ids_by_partition(
+            meta, status=CandidateStatus.pending_score.value, partition=key
+        )
+        pending = found_ids.get(key, frozenset())
     done = set(produced)
-    with meta.connect() as con:
-        if pending is None:
-            rows = con.execute(
-                "SELECT candidate_id FROM candidates "
-                "WHERE status = ? AND tenant_id = ? AND namespace = ?",
-                [CandidateStatus.pending_score.value, tenant_id, namespace],
-            ).fetchall()
-            pending = [r[0] for r in rows]
-        gone = sorted(cid for cid in pending if cid not in done)
-        if not gone:
-            return []
-        with _wanted_ids(con, gone):
-            found = con.execute(
-                "SELECT candidate_id, body->>'$.policy_version', body->>'$.cluster_id' "
-                f"FROM candidates WHERE rowid IN ({_WANTED_ROWS}) ORDER BY candidate_id"
-            ).fetchall()
+    gone = sorted(cid for cid in pending if cid not in done)
+    if not gone:
+        return []
+    with meta.connect() as con, _wanted_ids(con, gone):
+        found = con.execute(
+            "SELECT candidate_id, body->>'$.policy_version', body->>'$.cluster_id' "
+            f"FROM candidates WHERE rowid IN ({_WANTED_ROWS}) ORDER BY candidate_id"
+        ).fetchall()
     return [(r[0], r[1], r[2]) for r in found]
 
 
-def partition_ids(meta: MetaStore, tenant_id: str, namespace: str, *, kind: str) -> frozenset[str]:
-    """Ids of a partition's stored candidates of one ``kind`` (no body read)."""
-    with meta.connect() as con:
-        rows = con.execute(
-            "SELECT candidate_id FROM candidates WHERE tenant_id = ? AND namespace = ? "
-            "AND kind = ?",
-            [tenant_id, namespace, kind],
-        ).fetchall()
-    return frozenset(r[0] for r in rows)
-
-
 def ids_by_partition(
-    meta: MetaStore, *, kind: str | None = None, status: str | None = None
+    meta: MetaStore,
+    *,
+    kind: str | None = None,
+    status: str | None = None,
+    partition: tuple[str, str] | None = None,
 ) -> dict[tuple[str, str], frozenset[str]]:
     """Ids of the stored candidates of one ``kind`` and/or ``status``, by (tenant, namespace),
-    in one read (partitions without one left out)."""
-    where = " AND ".join(
-        f"{column} = ?" for column, value in (("kind", kind), ("status", status)) if value
-    )
+    in one read (no body read; partitions without one left out); ``partition``: that
+    (tenant, namespace) alone."""
+    filters = [(c, v) for c, v in (("kind", kind), ("status", status)) if v is not None]
+    if partition is not None:
+        filters += [("tenant_id", partition[0]), ("namespace", partition[1])]
+    where = " AND ".join(f"{column} = ?" for column, _ in filters) or "TRUE"
     with meta.connect() as con:
         rows = con.execute(
-            f"SELECT tenant_id, namespace, candidate_id FROM candidates WHERE {where or 'TRUE'}",
-            [value for value in (kind, status) if value],
+            f"SELECT tenant_id, namespace, candidate_id FROM candidates WHERE {where}",
+            [value for _, value in filters],
         ).fetchall()
     out: dict[tuple[str, str], set[str]] = {}
     for tenant, namespace, cid in rows:

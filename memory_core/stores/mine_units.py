@@ -21,24 +21,26 @@ __all__ = ["UnitSave", "load_all_units", "load_units", "save_partitions_units"]
 
 def load_units(meta: MetaStore, tenant_id: str, namespace: str) -> dict[str, tuple[str, dict]]:
     """``{unit key: (fingerprint, produced)}`` of one partition."""
-    with meta.connect() as con:
-        rows = con.execute(
-            "SELECT unit_key, fingerprint, produced FROM mine_units "
-            "WHERE tenant_id = ? AND namespace = ?",
-            [tenant_id, namespace],
-        ).fetchall()
-    return {key: (fp, json.loads(produced)) for key, fp, produced in rows}
+    key = (tenant_id, namespace)
+    return load_all_units(meta, key).get(key, {})
 
 
-def load_all_units(meta: MetaStore) -> dict[tuple[str, str], dict[str, tuple[str, dict]]]:
-    """``load_units`` of every partition, by (tenant, namespace), in one read."""
+def load_all_units(
+    meta: MetaStore, partition: tuple[str, str] | None = None
+) -> dict[tuple[str, str], dict[str, tuple[str, dict]]]:
+    """``load_units`` of every partition (or of ``partition`` alone), by (tenant, namespace),
+    in one read."""
+    where, params = "", []
+    if partition is not None:
+        where, params = "WHERE tenant_id = ? AND namespace = ?", list(partition)
     out: dict[tuple[str, str], dict[str, tuple[str, dict]]] = {}
     with meta.connect() as con:
         rows = con.execute(
-            "SELECT tenant_id, namespace, unit_key, fingerprint, produced FROM mine_units"
+            f"SELECT tenant_id, namespace, unit_key, fingerprint, produced FROM mine_units {where}",
+            params,
         ).fetchall()
-    for tenant, namespace, key, fp, produced in rows:
-        out.setdefault((tenant, namespace), {})[key] = (fp, json.loads(produced))
+    for tenant, namespace, unit, fp, produced in rows:
+        out.setdefault((tenant, namespace), {})[unit] = (fp, json.loads(produced))
     return out
 
 

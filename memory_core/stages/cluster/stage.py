@@ -448,26 +448,22 @@ def _reach(codes: list[str], config: ClusterConfig, threshold: float) -> np.ndar
 SELECTION_ACTION = "cluster_selection"
 
 
-def _recorded_choice(stores: Stores, partition: Partition) -> Choice | None:
-    """The parameters the partition's stored clusters were built with (latest record)."""
-    with stores.meta.connect() as con:
-        row = con.execute(
-            "SELECT detail FROM audit_log WHERE action = ? AND tenant_id = ? "
-            "AND json_extract_string(detail, '$.namespace') = ? ORDER BY logged_at DESC LIMIT 1",
-            [SELECTION_ACTION, partition.tenant_id, partition.namespace],
-        ).fetchone()
-    return None if row is None else _choice_of(row[0])
-
-
-def recorded_choices(stores: Stores) -> dict[tuple[str, str], Choice | None]:
-    """``_recorded_choice`` of every partition that has one, by (tenant, namespace), in one
-    read of the audit log: a night of many partitions read it once per partition, each read
+def recorded_choices(
+    stores: Stores, partition: Partition | None = None
+) -> dict[tuple[str, str], Choice | None]:
+    """The parameters each partition's stored clusters were built with (its latest record),
+    by (tenant, namespace), for every partition that has one or for ``partition`` alone. Why
+    all at once: a night of many partitions read the audit log once per partition, each read
     a scan of the whole log (which only grows), ~1.5 ms each at 1M (BENCHMARKS.md s46)."""
+    where, params = "action = ?", [SELECTION_ACTION]
+    if partition is not None:
+        where += " AND tenant_id = ? AND json_extract_string(detail, '$.namespace') = ?"
+        params += [partition.tenant_id, partition.namespace]
     with stores.meta.connect() as con:
         rows = con.execute(
             "SELECT tenant_id, json_extract_string(detail, '$.namespace') AS namespace, "
-            "arg_max(detail, logged_at) FROM audit_log WHERE action = ? GROUP BY ALL",
-            [SELECTION_ACTION],
+            f"arg_max(detail, logged_at) FROM audit_log WHERE {where} GROUP BY ALL",
+            params,
         ).fetchall()
     return {(tenant, namespace): _choice_of(detail) for tenant, namespace, detail in rows}
 
@@ -561,11 +557,9 @@ def read_cluster_state(
     )
     recorded = None
     if old_clusters.num_rows:
-        recorded = (
-            _recorded_choice(stores, partition)
-            if choices is None
-            else choices.get((partition.tenant_id, partition.namespace))
-        )
+        if choices is None:
+            choices = recorded_choices(stores, partition)
+        recorded = choices.get((partition.tenant_id, partition.namespace))
     return ClusterState(old_clusters, old_members, recorded)
 
 

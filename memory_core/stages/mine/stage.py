@@ -81,7 +81,6 @@ from memory_core.stores.candidates import (
     existing_ids,
     get_candidates,
     ids_by_partition,
-    partition_ids,
     pending_keys,
     upsert_candidates,
 )
@@ -790,9 +789,7 @@ class SharedMineState:
     partitions (``read_shared_mine_state``) instead of once per partition: unit fingerprints,
     stored semantic ids, and which partitions hold extracted facts (the others read none).
 
-    Why: a 1M home's night read them 100 times, ~1-1.5 ms a read (BENCHMARKS.md s46). Read
-    before any partition's writes, they are what each partition's own read would return: only
-    that partition's writes change its rows, and the night holds the pipeline lease."""
+    Why, and why they stay valid through the night: ``stages/shared_state.py``."""
 
     units: dict[tuple[str, str], dict[str, tuple[str, dict[str, Any]]]]
     semantic_ids: dict[tuple[str, str], frozenset[str]]
@@ -817,10 +814,10 @@ def read_mine_state(
     key = (partition.tenant_id, partition.namespace)
     if shared is None:
         units = load_units(stores.meta, partition.tenant_id, partition.namespace)
-        semantic = partition_ids(
-            stores.meta, partition.tenant_id, partition.namespace,
-            kind=CandidateKind.semantic.value,
-        )  # fmt: skip
+        semantic_ids = ids_by_partition(
+            stores.meta, kind=CandidateKind.semantic.value, partition=key
+        )
+        semantic = semantic_ids.get(key, frozenset())
         extracted = extracted_claim_rows(stores, partition)
     else:
         units = dict(shared.units.get(key, {}))
