@@ -16,6 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -201,9 +202,7 @@ def load_evidence(
     for cand in candidates:
         by_tenant[cand.tenant_id].update(cand.support_ids)
     try:
-        tables = [
-            _episode_table(lance, tenant, sorted(ids)) for tenant, ids in by_tenant.items() if ids
-        ]
+        tables = _episode_tables(lance, [(t, sorted(ids)) for t, ids in by_tenant.items() if ids])
     except (StoreError, OSError, ValueError) as exc:
         logger.debug("episode evidence unavailable, scoring from candidate records: %s", exc)
         return base
@@ -218,6 +217,18 @@ def load_evidence(
 
 
 _EPISODE_COLUMNS = ["episode_id", "subject_id", "occurred_at", "outcome", "feedback", "sensitivity"]
+
+# Tenants' scans run at once on this many threads: a scan is mostly Lance's own work, off the
+# GIL, and the score stage runs alone (the 1M 1% night's ten tenants: 0.14 against 0.22 s)
+_SCAN_THREADS = 4
+
+
+def _episode_tables(lance: LanceStore, wanted: list[tuple[str, list[str]]]) -> list[pa.Table]:
+    """``_episode_table`` of each (tenant, ids), in order."""
+    if len(wanted) < 2:
+        return [_episode_table(lance, tenant, ids) for tenant, ids in wanted]
+    with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, len(wanted))) as pool:
+        return list(pool.map(lambda item: _episode_table(lance, *item), wanted))
 
 
 def _episode_table(lance: LanceStore, tenant: str, ids: list[str]) -> pa.Table:
