@@ -506,6 +506,13 @@ class _Run:
         for plan, answer, h in usable:
             self._use(plan, answer, h)
 
+    def count_offline(self, eligible: int) -> WorkflowResult:
+        """What ``execute`` returns when every eligible candidate can only be offline
+        (``_offline_only``), without planning them."""
+        self.result.eligible = self.result.offline = eligible
+        self.result.mode = "offline" if eligible else self.result.mode
+        return self._finish()
+
     def _finish(self) -> WorkflowResult:
         self.result.usage = {k: int(v) for k, v in self.total.__dict__.items()}
         if self.updated and not self.ctx.dry_run:
@@ -533,7 +540,16 @@ def write_workflow_texts(
     after :data:`MAX_INVALID_ANSWERS`. Without a client only cached answers are used, and the
     rule-made text stays.
     """
-    cands = [
+    run = _Run(stores, config, ctx, client, sleep)
+    eligible = _offline_only(stores, config.model, tenant_id) if client is None else None
+    if eligible is not None:
+        return run.count_offline(eligible)
+    return run.execute(_plans(_eligible(stores, tenant_id), config.model))
+
+
+def _eligible(stores: Stores, tenant_id: str | None) -> list[Candidate]:
+    """The procedural candidates that passed the policy and carry their observed steps."""
+    return [
         c
         for status in _PASSED
         for c in list_candidates(
@@ -541,4 +557,38 @@ def write_workflow_texts(
         )
         if c.procedure is not None and c.stats.get("observed_steps")
     ]
-    return _Run(stores, config, ctx, client, sleep).execute(_plans(cands, config.model))
+
+
+def _offline_only(stores: Stores, model: str, tenant_id: str | None) -> int | None:
+    """How many candidates are eligible, when a run without a client can do nothing but count
+    them offline: no answer of this model and prompt version is cached, no invalid answer is
+    ledgered, and no eligible candidate holds workflow text (so none counts as cached or given
+    up). None otherwise (the run reads and plans every candidate, as with a client).
+
+    Why: reading every passed procedure's body and planning its request only to find no
+    cached answer was ~0.3 s of a 1M home's night without a key (1,472 procedures), and grows
+    with the store, not with the night (BENCHMARKS.md s47). Three small reads decide it."""
+    where = "kind = 'procedural' AND status IN (?, ?)" + (" AND tenant_id = ?" if tenant_id else "")
+    params = [*_PASSED, *([tenant_id] if tenant_id else [])]
+    if invalid_answers(stores.meta, _PURPOSE):
+        return None
+    with stores.meta.connect() as con:
+        cached = con.execute(
+            "SELECT count(*) FROM score_cache WHERE model = ? AND prompt_version = ?",
+            [model, PROMPT_VERSION],
+        ).fetchall()[0][0]
+        if cached:
+            return None
+        rows = con.execute(
+            "SELECT json_type(body, '$.procedure'), body->'$.stats.observed_steps', "
+            f"json_type(body, '$.stats.workflow') FROM candidates WHERE {where}",
+            params,
+        ).fetchall()
+    eligible = 0
+    for procedure, steps, workflow in rows:
+        if procedure in (None, "NULL") or not (json.loads(steps) if steps else None):
+            continue
+        if workflow not in (None, "NULL"):
+            return None  # text applied earlier: the run counts it as cached
+        eligible += 1
+    return eligible

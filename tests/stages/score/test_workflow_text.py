@@ -15,6 +15,7 @@ import pytest
 from memory_core.config import load_settings
 from memory_core.context import RunContext
 from memory_core.models import Authority, Candidate, CandidateKind, CandidateStatus, ProcedureSpec
+from memory_core.stages.score import workflow_text
 from memory_core.stages.score.workflow_text import (
     WorkflowAnswer,
     check_workflow,
@@ -268,3 +269,36 @@ def test_sync_temporary_failure_defers_the_rest_and_a_later_run_writes(stores) -
     api.fail_messages = [status_response(400, "invalid_request_error", "bad")]
     third = write(st, score, "run_3", api)
     assert (third.failed, third.written, third.cached) == (1, 1, 2)
+
+
+def test_a_run_without_a_key_that_can_only_count_gives_the_full_runs_result(stores) -> None:
+    """Without a client, a store with no cached workflow answer, no invalid one and no applied
+    text is only counted (``_offline_only``): the result must be what reading and planning
+    every candidate gives; a cached answer or applied text sends the run the full way."""
+    settings, st = stores
+    no_steps = _candidate("cand_c").model_copy(update={"stats": {"support_runs": RUNS}})
+    rejected = _candidate("cand_d").model_copy(update={"status": CandidateStatus.auto_rejected})
+    other = _candidate("cand_e").model_copy(update={"tenant_id": "other"})
+    upsert_candidates(st.meta, [_candidate("cand_a"), _candidate("cand_b"), no_steps, rejected,
+                                other], run_id="r0", now=NOW)  # fmt: skip
+    ctx = RunContext(now=NOW, run_id="run_1")
+
+    def full(tenant_id: str | None = None) -> dict[str, Any]:
+        run = workflow_text._Run(st, settings.score, ctx, None, lambda s: None)
+        plans = workflow_text._plans(workflow_text._eligible(st, tenant_id), settings.score.model)
+        return run.execute(plans).as_dict()
+
+    for tenant in (None, "acme"):
+        assert workflow_text._offline_only(st, settings.score.model, tenant) == (
+            3 if tenant is None else 2
+        )
+        assert write(st, settings.score, "run_1", None, tenant_id=tenant).as_dict() == full(tenant)
+    write(st, settings.score, "run_2", fake_api([LOOKUP, CANCEL]))  # answers cached, applied
+    assert workflow_text._offline_only(st, settings.score.model, None) is None
+    merge_candidate_stats(st.meta, {"cand_a": {"workflow": None}}, now=NOW)
+    offline = write(st, settings.score, "run_3", None)
+    assert offline.as_dict() == full() and offline.cached == 3  # applied, or from the cache
+    with st.meta.connect() as con:  # the answers purged (as a deletion does), the texts stay
+        con.execute("DELETE FROM score_cache")
+    assert workflow_text._offline_only(st, settings.score.model, None) is None
+    assert write(st, settings.score, "run_4", None).as_dict() == full()
