@@ -114,7 +114,8 @@ def consolidate_partitions(
                 stores, settings, ctx, work, recluster=recluster, workers=processes, pool=pool
             )
     with stores.meta.session() if settings.runner.kind == "threads" else nullcontext():
-        shared = read_shared_state(stores) if len(work) > 1 else None  # before any writes
+        # before any writes
+        shared = read_shared_state(stores, [u.partition for u in work]) if len(work) > 1 else None
         return [
             consolidate(stores, settings, ctx, unit, recluster=recluster, shared=shared)
             for unit in work

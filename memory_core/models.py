@@ -409,13 +409,22 @@ class Candidate(BaseModel):
 
     def content_hash(self) -> str:
         """Hash of what the candidate claims and rests on; the score cache key."""
+        return self._content_hash(self._statement())
+
+    def _content_hash(self, statement: dict[str, Any]) -> str:
         return content_hash(
             {
-                **self._statement(),
+                **statement,
                 "support": sorted(self.support_ids),
                 "counter": sorted(self.counterexample_ids),
             }
         )
+
+    def hashes(self) -> tuple[str, str]:
+        """``(content_hash(), score_basis())``, the statement they share built once (a
+        worker hashes every candidate it builds: ~14k a 1M 1% night)."""
+        statement = self._statement()
+        return self._content_hash(statement), self._score_basis(statement)
 
     def score_basis(self) -> str:
         """Hash of what the candidate's importance score stands for: its content and the
@@ -429,9 +438,12 @@ class Candidate(BaseModel):
         The score is asked again when the evidence doubles, or its first counterexample (or
         the next power of two of them) arrives: the points where the prompt's evidence
         summary says something new."""
+        return self._score_basis(self._statement())
+
+    def _score_basis(self, statement: dict[str, Any]) -> str:
         return content_hash(
             {
-                **self._statement(),
+                **statement,
                 "support_band": evidence_band(len(set(self.support_ids))),
                 "counter_band": evidence_band(len(set(self.counterexample_ids))),
             }

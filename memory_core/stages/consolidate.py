@@ -118,7 +118,7 @@ def consolidate_partition(
         with stores.meta.session():
             clustered = cluster_partition(
                 stores, settings.cluster, ctx, partition, recluster=recluster,
-                steps=settings.steps, choices=shared.choices if shared else None,
+                steps=settings.steps, shared=shared.cluster if shared else None,
             )  # fmt: skip
             t1 = time.perf_counter()
             crash_point("partition.clustered")

@@ -149,7 +149,7 @@ def read_partition_state(
     """The partition's stored state both stages start from (DuckDB reads only); ``shared``:
     its small parts as read once for the night."""
     return PartitionState(
-        cluster=read_cluster_state(stores, partition, shared.choices if shared else None),
+        cluster=read_cluster_state(stores, partition, shared.cluster if shared else None),
         mine=read_mine_state(stores, partition, shared.mine if shared else None),
     )
 
@@ -300,9 +300,10 @@ class _CommitGroup:
         if not ctx.dry_run:
             # partitions never share an episode; the tables' buffers are not copied
             pins = pa.concat_tables([item.mining.mined.pins for item in staged])
+            hashes = {k: v for item in staged for k, v in item.mining.mined.hashes.items()}
             upserted = upsert_candidate_groups(
                 stores.meta, {i: item.mining.candidates for i, item in enumerate(staged)},
-                run_id=ctx.run_id, now=ctx.now, pins=pins,
+                run_id=ctx.run_id, now=ctx.now, pins=pins, hashes=hashes,
             )  # fmt: skip
         share = (time.perf_counter() - t2) / max(1, len(staged))
         out, done, unit_saves = [], [], []
@@ -440,7 +441,7 @@ def consolidate_in_processes(
 
     with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
         # before any partition's writes, so each partition's part is what its own read gives
-        shared = read_shared_state(stores)
+        shared = read_shared_state(stores, [unit.partition for unit in units])
         refill()
         while window:
             # one commit, each partition's ledger entry in it; no cyclic collection meanwhile

@@ -26,6 +26,7 @@ __all__ = [
     "DECIDED_STATUSES",
     "PINS_IN_EVIDENCE",
     "EpisodePins",
+    "candidate_hashes",
     "candidates_from_bodies",
     "count_by_status",
     "episode_pins",
@@ -111,6 +112,15 @@ _WANTED_EVIDENCE = (
 )
 
 
+def candidate_hashes(candidates: Iterable[Candidate]) -> dict[str, tuple[str, str]]:
+    """``(content_hash, score_basis)`` by candidate id, as the upsert compares and stores them.
+
+    Why apart: the process pool's one writer is the 1M 1% night's critical path, and hashing
+    ~14k candidates there was ~0.7 s of it; a worker computes them where it built the
+    candidates and hands them over with them (``hashes=`` of the upserts)."""
+    return {c.candidate_id: c.hashes() for c in candidates}
+
+
 def upsert_candidates(
     meta: MetaStore,
     candidates: Iterable[Candidate],
@@ -118,15 +128,20 @@ def upsert_candidates(
     run_id: str,
     now: datetime,
     pins: EpisodePins | None = None,
+    hashes: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, int]:
     """Insert new candidates, refresh changed ones, keep decided statuses; returns counts.
 
     One read of the existing rows and two bulk writes, whatever the number of candidates.
     ``pins``: a candidate with no ``provenance`` that cites episodes pins each of them with
     its entry here, stored in ``candidate_evidence`` only (``PINS_IN_EVIDENCE``); the miner
-    builds candidates so instead of one pin object per cited episode.
+    builds candidates so instead of one pin object per cited episode. ``hashes``: some of the
+    candidates' ``candidate_hashes``, computed from these very candidates where they were
+    built; the others are hashed here.
     """
-    return upsert_candidate_groups(meta, {0: candidates}, run_id=run_id, now=now, pins=pins)[0]
+    return upsert_candidate_groups(
+        meta, {0: candidates}, run_id=run_id, now=now, pins=pins, hashes=hashes
+    )[0]
 
 
 def upsert_candidate_groups(
@@ -136,6 +151,7 @@ def upsert_candidate_groups(
     run_id: str,
     now: datetime,
     pins: EpisodePins | None = None,
+    hashes: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[Any, dict[str, int]]:
     """``upsert_candidates`` of several groups at once (the partitions of one commit), with
     each group's counts: the same stored rows as one call per group when no candidate id is
@@ -160,21 +176,22 @@ def upsert_candidate_groups(
                 f"reason FROM candidates WHERE rowid IN ({_WANTED_ROWS})"
             ).fetchall()
         existing = {row[0]: row[1:4] for row in found}
-        hashes = {cid: cand.content_hash() for cid, cand in incoming.items()}
+        given = hashes or {}
+        hashed = {cid: given.get(cid) or cand.hashes() for cid, cand in incoming.items()}
         # the status a body holds, for candidates whose content is unchanged: whether it
         # needs writing again (the column's status is what lifecycle checks go by)
-        same = [cid for cid, row in existing.items() if row[1] == hashes[cid]]
+        same = [cid for cid, row in existing.items() if row[1] == hashed[cid][0]]
         body_status = dict(_body_fields(con, same, "body->>'$.status'"))
-        writes: list[tuple[Candidate, str]] = []
+        writes: list[tuple[Candidate, str, str]] = []
         kept: list[str] = []
         for cid, cand in incoming.items():
             counts = per_group[group_of[cid]]
-            chash = hashes[cid]
+            chash, basis = hashed[cid]
             prior = existing.get(cid)
             if prior is None:
                 check_transition("candidate", cid, None, cand.status.value)
                 counts["inserted"] += 1
-                writes.append((cand, chash))
+                writes.append((cand, chash, basis))
                 continue
             status, old_hash, old_basis = prior
             retire = cand.status is CandidateStatus.auto_rejected
@@ -187,24 +204,24 @@ def upsert_candidate_groups(
                 # a decided candidate keeps its status; a scored one awaiting review keeps it
                 # while its score still stands for it (Candidate.score_basis), and goes back
                 # to pending_score when its content or the size of its evidence changed
-                if status in DECIDED_STATUSES or old_basis == cand.score_basis():
+                if status in DECIDED_STATUSES or old_basis == basis:
                     cand = cand.model_copy(update={"status": CandidateStatus(status)})
                     kept.append(cid)
             if old_hash == chash and body_status.get(cid) == cand.status:
                 counts["unchanged"] += 1
                 continue
             counts["updated"] += 1
-            writes.append((cand, chash))
+            writes.append((cand, chash, basis))
         if kept:
             stats = dict(_body_fields(con, kept, "body->'$.stats'"))
             decided = {row[0]: (row[1], *row[4:7], stats.get(row[0])) for row in found
                        if row[0] in stats}  # fmt: skip
             writes = _keep_decisions(writes, decided)
         if writes:
-            stored = [c.candidate_id for c, _ in writes if c.candidate_id in existing]
+            stored = [c.candidate_id for c, _, _ in writes if c.candidate_id in existing]
             _write(con, writes, run_id=run_id, now=now, stored=stored, pins=pins)
             moved = {
-                c.candidate_id: c.status.value for c, _ in writes if c.candidate_id in existing
+                c.candidate_id: c.status.value for c, _, _ in writes if c.candidate_id in existing
             }
             # statuses as read above (_write sets no status); bodies written with the new one
             was = {cid: existing[cid][0] for cid in moved}
@@ -224,8 +241,8 @@ def _body_fields(con: Any, ids: list[str], field: str) -> list[tuple[str, Any]]:
 
 
 def _keep_decisions(
-    writes: list[tuple[Candidate, str]], stored: Mapping[str, tuple[Any, ...]]
-) -> list[tuple[Candidate, str]]:
+    writes: list[tuple[Candidate, str, str]], stored: Mapping[str, tuple[Any, ...]]
+) -> list[tuple[Candidate, str, str]]:
     """``writes`` with what later stages decided about the kept candidates carried over from
     their stored rows (``stored``: status, importance, scorer, reason, the body's stats as
     JSON, by candidate id): the score (importance, scorer), the stats that scoring, workflow
@@ -236,7 +253,7 @@ def _keep_decisions(
     procedure that gained one supporting episode lost its score, its rationale and the
     reviewer's reason while keeping the status they justified."""
     out = []
-    for cand, chash in writes:
+    for cand, chash, basis in writes:
         prior = stored.get(cand.candidate_id)
         if prior is not None:
             status, importance, scorer, reason, stats = prior
@@ -248,7 +265,7 @@ def _keep_decisions(
             if status in DECIDED_STATUSES:
                 update["reason"] = reason
             cand = cand.model_copy(update=update)
-        out.append((cand, chash))
+        out.append((cand, chash, basis))
     return out
 
 
@@ -273,7 +290,7 @@ def _body(cand: Candidate, pins: EpisodePins | None) -> str:
 
 def _write(
     con: Any,
-    writes: list[tuple[Candidate, str]],
+    writes: list[tuple[Candidate, str, str]],
     *,
     run_id: str,
     now: datetime,
@@ -284,27 +301,27 @@ def _write(
     exist; a candidate not stored has none: rows are written with it and deleted with it)."""
     rows = pa.table(
         {
-            "candidate_id": [c.candidate_id for c, _ in writes],
-            "kind": [c.kind.value for c, _ in writes],
-            "tenant_id": [c.tenant_id for c, _ in writes],
-            "subject_id": pa.array([c.subject_id for c, _ in writes], pa.string()),
-            "namespace": [c.namespace for c, _ in writes],
-            "status": [c.status.value for c, _ in writes],
+            "candidate_id": [c.candidate_id for c, _, _ in writes],
+            "kind": [c.kind.value for c, _, _ in writes],
+            "tenant_id": [c.tenant_id for c, _, _ in writes],
+            "subject_id": pa.array([c.subject_id for c, _, _ in writes], pa.string()),
+            "namespace": [c.namespace for c, _, _ in writes],
+            "status": [c.status.value for c, _, _ in writes],
             # pydantic's own serialiser: the same JSON value as json.dumps of model_dump,
             # ~3x faster (bodies carry every evidence pin: ~12 KB each at 1M episodes)
-            "body": [_body(c, pins) for c, _ in writes],
-            "content_hash": [h for _, h in writes],
-            "confidence": pa.array([c.confidence for c, _ in writes], pa.float64()),
-            "importance": pa.array([c.importance for c, _ in writes], pa.float64()),
-            "scorer": pa.array([c.scorer for c, _ in writes], pa.string()),
-            "reason": [c.reason for c, _ in writes],
+            "body": [_body(c, pins) for c, _, _ in writes],
+            "content_hash": [h for _, h, _ in writes],
+            "confidence": pa.array([c.confidence for c, _, _ in writes], pa.float64()),
+            "importance": pa.array([c.importance for c, _, _ in writes], pa.float64()),
+            "scorer": pa.array([c.scorer for c, _, _ in writes], pa.string()),
+            "reason": [c.reason for c, _, _ in writes],
             "run_id": [run_id] * len(writes),
             "created_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
             "updated_at": pa.array([now] * len(writes), pa.timestamp("us", tz="UTC")),
-            "score_basis": [c.score_basis() for c, _ in writes],
+            "score_basis": [basis for _, _, basis in writes],
         }
     )
-    evidence = _evidence_table([c for c, _ in writes], pins)
+    evidence = _evidence_table([c for c, _, _ in writes], pins)
     con.register("incoming_candidates", rows)
     con.register("incoming_evidence", evidence)
     con.execute(

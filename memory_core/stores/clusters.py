@@ -12,6 +12,7 @@ the other piece of per-partition consolidation state the stages need to read bac
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ __all__ = [
     "MEMBER_SCHEMA",
     "blocked_claim_episodes",
     "list_clusters",
+    "load_clusters_by_partition",
     "load_partition",
     "load_partition_clusters",
     "load_partition_members",
@@ -65,14 +67,20 @@ _CLUSTER_COLUMNS = ", ".join(CLUSTER_SCHEMA.names)
 _MEMBER_COLUMNS = ", ".join(MEMBER_SCHEMA.names)
 
 
-def _clusters(con: Any, tenant_id: str, namespace: str, *, centroids: bool) -> pa.Table:
+def _clusters(
+    con: Any, partition: tuple[str, str] | None, *, centroids: bool, among: str | None = None
+) -> pa.Table:
+    """The clusters of ``partition`` (tenant, namespace), or of every partition (of those in
+    the registered table ``among``, when given), ordered by partition and id."""
     centroid = "centroid" if centroids else "NULL::FLOAT[] AS centroid"
     columns = _CLUSTER_COLUMNS.replace("centroid", centroid, 1)
+    where = "WHERE tenant_id = ? AND namespace = ? " if partition is not None else ""
+    if among is not None:
+        where += f"{'AND' if where else 'WHERE'} (tenant_id, namespace) IN (FROM {among}) "
     return (
         con.sql(
-            f"SELECT {columns} FROM clusters WHERE tenant_id = ? AND namespace = ? "
-            "ORDER BY cluster_id",
-            params=[tenant_id, namespace],
+            f"SELECT {columns} FROM clusters {where}ORDER BY tenant_id, namespace, cluster_id",
+            params=list(partition) if partition is not None else None,
         )
         .to_arrow_table()
         .cast(CLUSTER_SCHEMA)
@@ -96,7 +104,48 @@ def load_partition_clusters(
 ) -> pa.Table:
     """The partition's clusters ordered by id (centroid column empty when not asked for)."""
     with meta.connect() as con:
-        return _clusters(con, tenant_id, namespace, centroids=centroids)
+        return _clusters(con, (tenant_id, namespace), centroids=centroids)
+
+
+def load_clusters_by_partition(
+    meta: MetaStore, partitions: Iterable[tuple[str, str]] | None = None
+) -> dict[tuple[str, str], pa.Table]:
+    """Every partition's clusters (centroids kept), or those of ``partitions`` (tenant,
+    namespace), by partition, each as ``load_partition_clusters`` reads it; a partition
+    without clusters is absent.
+
+    Why: the clusters of every partition share the table's row groups (4,000 rows at 1M
+    episodes), so a partition's read decompressed every centroid: ~4 ms CPU each, 100 times a
+    1M night, against ~35 ms for one read of them all (BENCHMARKS.md s47). ``partitions``
+    bounds what is held to a night's partitions in a home of many more."""
+    with meta.connect() as con:
+        if partitions is None:
+            table = _clusters(con, None, centroids=True)
+        else:
+            pairs = sorted(set(partitions))
+            wanted = pa.table(
+                {
+                    "tenant_id": pa.array([k[0] for k in pairs], pa.string()),
+                    "namespace": pa.array([k[1] for k in pairs], pa.string()),
+                }
+            )
+            with registered(con, _wanted_partitions=wanted):
+                table = _clusters(con, None, centroids=True, among="_wanted_partitions")
+    keys = list(
+        zip(
+            table.column("tenant_id").to_pylist(),
+            table.column("namespace").to_pylist(),
+            strict=True,
+        )
+    )
+    out: dict[tuple[str, str], pa.Table] = {}
+    start = 0
+    for end in range(1, len(keys) + 1):
+        if end == len(keys) or keys[end] != keys[start]:
+            # a copy, not a slice: a pickled slice carries its parent's whole buffers
+            out[keys[start]] = table.take(pa.array(range(start, end), pa.int64()))
+            start = end
+    return out
 
 
 def load_partition_members(meta: MetaStore, tenant_id: str, namespace: str) -> pa.Table:
@@ -111,7 +160,7 @@ def load_partition(
     """(clusters, members) of one partition through one connection (opening one costs)."""
     with meta.connect() as con:
         return (
-            _clusters(con, tenant_id, namespace, centroids=centroids),
+            _clusters(con, (tenant_id, namespace), centroids=centroids),
             _members(con, tenant_id, namespace),
         )
 

@@ -35,6 +35,7 @@ from memory_core.stages.embed import embed_episodes
 from memory_core.stages.ingest import ingest_records
 from memory_core.stages.shared_state import read_shared_state
 from memory_core.stores import Stores, open_stores
+from memory_core.stores.candidates import list_candidates
 from memory_core.stores.ledger import ledger_has
 from tests.flows.crash_kit import diff, scenario_lines, snapshot
 
@@ -116,6 +117,22 @@ def test_process_path_stores_what_the_thread_path_stores(template: Path, tmp_pat
     problems = diff(snaps[0], snaps[2])
     assert not problems, "\n".join(problems)
     assert snaps[2]["candidates"] and snaps[2]["cluster_members"]
+    assert _stored_hashes_hold(stores)  # the workers' hashes are those of what was stored
+
+
+def _stored_hashes_hold(stores: Stores) -> int:
+    """Each stored candidate's ``content_hash`` and ``score_basis`` columns are the ones its
+    stored body gives (the pool's workers hash the candidates they build, not the writer);
+    returns how many were checked."""
+    with stores.meta.connect() as con:
+        rows = con.execute(
+            "SELECT candidate_id, content_hash, score_basis FROM candidates"
+        ).fetchall()
+    stored = {c.candidate_id: c for c in list_candidates(stores.meta)}
+    assert stored.keys() == {cid for cid, _, _ in rows}
+    for cid, chash, basis in rows:
+        assert (chash, basis) == (stored[cid].content_hash(), stored[cid].score_basis()), cid
+    return len(rows)
 
 
 def test_the_thread_path_stores_the_same_with_the_nights_shared_state(

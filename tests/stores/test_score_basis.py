@@ -24,6 +24,7 @@ from memory_core.models import (
     evidence_band,
 )
 from memory_core.stores.candidates import (
+    candidate_hashes,
     get_candidates,
     set_candidate_scores,
     set_candidate_status,
@@ -142,15 +143,21 @@ def test_migration_11_adds_the_score_basis_to_an_older_store_keeping_its_rows(
 @given(
     before=st.tuples(st.integers(1, 40), st.integers(0, 10)),
     after=st.tuples(st.integers(1, 40), st.integers(0, 10)),
+    handed=st.booleans(),
 )
 def test_a_scored_candidate_is_rescored_exactly_when_a_band_changes(
-    before: tuple[int, int], after: tuple[int, int]
+    before: tuple[int, int], after: tuple[int, int], handed: bool
 ) -> None:
+    """``handed``: the hashes come with the candidate, as the pool's workers hand them over
+    (``candidate_hashes``), instead of being computed by the upsert."""
+    mined = _mined(*after)
+    assert mined.hashes() == (mined.content_hash(), mined.score_basis())
     with tempfile.TemporaryDirectory() as tmp:
         meta = MetaStore(Path(tmp) / "m.duckdb")
         meta.migrate()
         _scored(meta, *before)
-        upsert_candidates(meta, [_mined(*after)], run_id="r2", now=NOW)
+        hashes = candidate_hashes([mined]) if handed else None
+        upsert_candidates(meta, [mined], run_id="r2", now=NOW, hashes=hashes)
         status, importance, *_ = _row(meta)
         cand = get_candidates(meta, ["c1"])[0]
     same_band = all(

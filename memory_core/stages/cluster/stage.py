@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -85,10 +85,12 @@ __all__ = [
     "ClusterOutcome",
     "ClusterResult",
     "ClusterState",
+    "SharedClusterState",
     "cluster_partition",
     "compute_clusters",
     "list_clusters",
     "read_cluster_state",
+    "read_shared_cluster_state",
     "recorded_choices",
     "write_clusters",
 ]
@@ -508,16 +510,16 @@ def cluster_partition(
     *,
     recluster: bool = False,
     steps: StepsConfig | None = None,
-    choices: Mapping[tuple[str, str], Choice | None] | None = None,
+    shared: SharedClusterState | None = None,
 ) -> ClusterResult:
     """Place the partition's unclustered episodes (or all of them, with ``recluster``).
 
     A partition clustered from scratch (first run, ``recluster``, stale centroids) chooses
     its parameters (``selection``) and records the choice; incremental runs reuse it. The same
     three steps the process pool runs apart (``stages/consolidate_pool.py``): read, compute,
-    write. ``choices``: as ``read_cluster_state`` takes them.
+    write. ``shared``: as ``read_cluster_state`` takes it.
     """
-    state = read_cluster_state(stores, partition, choices)
+    state = read_cluster_state(stores, partition, shared)
     outcome = compute_clusters(stores.lance, config, ctx, partition, state, recluster=recluster,
                                steps=steps)  # fmt: skip
     return write_clusters(stores, ctx, partition, outcome)
@@ -544,22 +546,52 @@ class ClusterOutcome:
     record: Choice | None = None
 
 
+@dataclass(frozen=True)
+class SharedClusterState:
+    """Every partition's recorded parameters and the stored clusters of the night's
+    partitions (``covered``; None: every partition), each read once for a night of many
+    partitions (``read_shared_cluster_state``) instead of once per partition; members stay
+    per partition (a partition's read of them touches its own rows only). A partition it
+    does not cover is read on its own (``read_cluster_state``).
+
+    Why, and why they stay valid through the night: ``stages/shared_state.py``."""
+
+    choices: dict[tuple[str, str], Choice | None]
+    clusters: dict[tuple[str, str], pa.Table]
+    covered: frozenset[tuple[str, str]] | None = None
+
+    def covers(self, key: tuple[str, str]) -> bool:
+        return self.covered is None or key in self.covered
+
+
+def read_shared_cluster_state(
+    stores: Stores, partitions: Iterable[tuple[str, str]] | None = None
+) -> SharedClusterState:
+    """``partitions``: the night's (tenant, namespace) pairs, whose clusters alone are held
+    (centroids are most of the table: a home of many partitions need not hold them all)."""
+    covered = frozenset(partitions) if partitions is not None else None
+    return SharedClusterState(
+        choices=recorded_choices(stores),
+        clusters=cluster_store.load_clusters_by_partition(stores.meta, covered),
+        covered=covered,
+    )
+
+
 def read_cluster_state(
-    stores: Stores,
-    partition: Partition,
-    choices: Mapping[tuple[str, str], Choice | None] | None = None,
+    stores: Stores, partition: Partition, shared: SharedClusterState | None = None
 ) -> ClusterState:
     """The partition's stored clustering and recorded parameters (DuckDB reads only);
-    ``choices``: every partition's recorded parameters as ``recorded_choices`` read them for
-    a night of many partitions, instead of a read of the partition's."""
-    old_clusters, old_members = cluster_store.load_partition(
-        stores.meta, partition.tenant_id, partition.namespace
-    )
+    ``shared``: its clusters and parameters as read once for the night."""
+    key = (partition.tenant_id, partition.namespace)
+    if shared is None or not shared.covers(key):
+        old_clusters, old_members = cluster_store.load_partition(stores.meta, *key)
+    else:
+        old_clusters = shared.clusters.get(key, cluster_store.CLUSTER_SCHEMA.empty_table())
+        old_members = cluster_store.load_partition_members(stores.meta, *key)
     recorded = None
     if old_clusters.num_rows:
-        if choices is None:
-            choices = recorded_choices(stores, partition)
-        recorded = choices.get((partition.tenant_id, partition.namespace))
+        choices = shared.choices if shared is not None else recorded_choices(stores, partition)
+        recorded = choices.get(key)
     return ClusterState(old_clusters, old_members, recorded)
 
 

@@ -77,6 +77,7 @@ from memory_core.stores import clusters as cluster_store
 from memory_core.stores.audit import record_audit
 from memory_core.stores.candidates import (
     EpisodePins,
+    candidate_hashes,
     episode_pins,
     existing_ids,
     get_candidates,
@@ -591,11 +592,14 @@ class _UnitOut:
     twins: list[Candidate] = field(default_factory=list)
     pitfalls: list[Candidate] = field(default_factory=list)
 
+    def built(self) -> list[Candidate]:
+        return [*self.procedural, *self.twins, *self.pitfalls]
+
     def produced(self) -> dict[str, Any]:
         """What ``stores/mine_units`` keeps of it: the ids and the counts a result reports."""
         procs = self.procedural
         return {
-            "ids": sorted(c.candidate_id for c in [*procs, *self.twins, *self.pitfalls]),
+            "ids": sorted(c.candidate_id for c in self.built()),
             "procedural": len(procs),
             "passed": sum(c.status == CandidateStatus.pending_score for c in procs),
             "insights": len(self.twins),
@@ -771,7 +775,9 @@ class MineState:
 class MinedPartition:
     """What ``compute_mining`` leaves for the writer (``write_mining``): the candidates of the
     touched units (twins not yet checked against the store), the claims, the units carried
-    forward, and the fingerprints and evidence pins to store."""
+    forward, the fingerprints and evidence pins to store, and the candidates' hashes
+    (``candidates.candidate_hashes``: computed where the candidates are built, a worker
+    process on the pool's path, not by its one writer)."""
 
     result: MiningResult
     units: dict[str, _UnitOut]
@@ -781,6 +787,7 @@ class MinedPartition:
     blocked: dict[str, int]
     cluster_ids: set[str]
     pins: EpisodePins
+    hashes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -862,6 +869,7 @@ def compute_mining(
         policy_version=settings.policy.version,
         proposal=proposal_rule(settings.extract),
     )
+    built = [c for unit in units.values() for c in unit.built()]
     return MinedPartition(
         result=result,
         units=units,
@@ -871,6 +879,7 @@ def compute_mining(
         blocked=dict(claims.blocked),
         cluster_ids=set(info.column("cluster_id").to_pylist()),
         pins=evidence.pins,
+        hashes=candidate_hashes([*built, *claims.candidates]),
     )
 
 
@@ -918,11 +927,7 @@ def stage_mining(
     hold (or one not built, ``_mine_clusters``) is no pending candidate ``_stale`` could
     retire, so the stale ones are the same either way."""
     units, kept = mined.units, mined.kept
-    produced = {
-        c.candidate_id
-        for unit in units.values()
-        for c in [*unit.procedural, *unit.twins, *unit.pitfalls]
-    }
+    produced = {c.candidate_id for unit in units.values() for c in unit.built()}
     produced.update(c.candidate_id for c in mined.claims)
     produced.update(cid for done in kept.values() for cid in done["ids"])
     pending = None
@@ -989,8 +994,9 @@ def write_mining(
     upserted = None
     if not ctx.dry_run:
         upserted = upsert_candidates(
-            stores.meta, staged.candidates, run_id=ctx.run_id, now=ctx.now, pins=mined.pins
-        )
+            stores.meta, staged.candidates, run_id=ctx.run_id, now=ctx.now, pins=mined.pins,
+            hashes=mined.hashes,
+        )  # fmt: skip
         crash_point("mine.upserted")
     return finish_mining(stores, ctx, partition, staged, upserted)
 

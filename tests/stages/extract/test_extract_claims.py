@@ -228,16 +228,19 @@ def test_a_nights_shared_state_reads_give_each_partition_its_own_reads(
     ingest(stores, settings, [turn("n1", "sn", 5, "Hello there", tenant_id="other")])
     shared = read_shared_state(stores)
     parts = [Partition("acme", "chat"), Partition("acme", "it"), Partition("other", "chat")]
+    # a night of two of them: the clusters of those alone are held, the third reads its own
+    night = read_shared_state(stores, [parts[0], parts[2]])
+    assert set(night.cluster.clusters) <= {("acme", "chat"), ("other", "chat")}
+    assert ("acme", "it") in shared.cluster.clusters
     seen = {"facts": 0, "recorded": 0, "units": 0, "twins": 0, "pending": 0}
     for part in parts:
-        alone, together = (
-            read_partition_state(stores, part),
-            read_partition_state(stores, part, shared),
-        )
-        assert together.cluster.recorded == alone.cluster.recorded, part
-        assert together.cluster.clusters.equals(alone.cluster.clusters), part
-        assert together.cluster.members.equals(alone.cluster.members), part
-        assert together.mine == alone.mine, part
+        alone = read_partition_state(stores, part)
+        for together in (read_partition_state(stores, part, shared),
+                         read_partition_state(stores, part, night)):  # fmt: skip
+            assert together.cluster.recorded == alone.cluster.recorded, part
+            assert together.cluster.clusters.equals(alone.cluster.clusters), part
+            assert together.cluster.members.equals(alone.cluster.members), part
+            assert together.mine == alone.mine, part
         pending = {k[0] for k in pending_keys(stores.meta, part.tenant_id, part.namespace)}
         key = (part.tenant_id, part.namespace)
         assert shared.mine.pending_ids.get(key, frozenset()) == pending, part
