@@ -77,7 +77,7 @@ from memory_core.stores.candidates import upsert_candidate_groups
 from memory_core.stores.clusters import save_new_clusters
 from memory_core.stores.lance import LanceStore
 from memory_core.stores.lance_read import LanceReader
-from memory_core.stores.ledger import ledger_has
+from memory_core.stores.ledger import ledger_done
 from memory_core.stores.mine_units import save_partitions_units
 
 __all__ = ["WORKER_ENVIRONMENT", "PartitionState", "consolidate_in_processes"]
@@ -429,8 +429,7 @@ def consolidate_in_processes(
                 return
             index, unit = nxt
             part = unit.partition
-            if ledger_has(stores.meta, stage=unit.stage, partition_key=part.key,
-                          input_hash=unit.input_hash):  # fmt: skip
+            if (unit.stage, part.key, unit.input_hash) in done:
                 results[index] = {"partition": part.key, "skipped": True}
                 continue
             state = read_partition_state(stores, part, shared)
@@ -442,6 +441,7 @@ def consolidate_in_processes(
     with stores.meta.session(checkpoint_threshold=WRITER_CHECKPOINT):
         # before any partition's writes, so each partition's part is what its own read gives
         shared = read_shared_state(stores, [unit.partition for unit in units])
+        done = ledger_done(stores.meta, [(u.stage, u.partition.key, u.input_hash) for u in units])
         refill()
         while window:
             # one commit, each partition's ledger entry in it; no cyclic collection meanwhile

@@ -20,7 +20,7 @@ from memory_core.stages.consolidate import consolidate_partition, consolidation_
 from memory_core.stages.partitions import plan_partitions
 from memory_core.stages.stage_ledger import LedgeredWork, run_once
 from memory_core.stores.extract import ExtractedFactRow, write_extraction
-from memory_core.stores.ledger import get_watermarks, ledger_has
+from memory_core.stores.ledger import get_watermarks, ledger_done, ledger_has
 from memory_core.stores.meta import MetaStore
 
 NOW = datetime(2026, 8, 1, 12, 0, tzinfo=UTC)
@@ -53,6 +53,27 @@ def test_work_recorded_done_is_skipped(meta: MetaStore) -> None:
     # another input for the same partition is new work
     other = run_once(meta, _unit("h2"), work, run_id="run_c", now=NOW)
     assert other["skipped"] is False and calls == [1, 1]
+
+
+def test_ledger_done_answers_each_key_as_ledger_has(meta: MetaStore) -> None:
+    """The process pool's one read of the night's units: the same answer, key by key, as a
+    ``ledger_has`` each (another hash, stage or partition is not done)."""
+    run_once(meta, _unit("h1"), dict, run_id="run_a", now=NOW)
+    other = LedgeredWork(stage="test", partition=Partition("acme", "hr"), input_hash="h9",
+                         watermark_at=NOW)  # fmt: skip
+    run_once(meta, other, dict, run_id="run_a", now=NOW)
+    keys = [
+        (stage, part, chash)
+        for stage in ("test", "other")
+        for part in (PART.key, other.partition.key, "nobody/none")
+        for chash in ("h1", "h2", "h9")
+    ]
+    expected = {
+        k for k in keys if ledger_has(meta, stage=k[0], partition_key=k[1], input_hash=k[2])
+    }
+    assert expected == {("test", PART.key, "h1"), ("test", other.partition.key, "h9")}
+    assert ledger_done(meta, keys) == expected
+    assert ledger_done(meta, []) == set()
 
 
 def test_watermark_moves_only_after_the_work_committed(meta: MetaStore) -> None:
