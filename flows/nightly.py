@@ -27,7 +27,7 @@ from memory_core.context import Partition, RunContext
 from memory_core.crash import crash_point
 from memory_core.gc_pause import gc_frozen
 from memory_core.lease import hold as hold_lease
-from memory_core.report import rows_by_status, write_report
+from memory_core.report import collect_report, rows_by_status, write_report
 from memory_core.stages.consolidate import (
     STAGE,
     PlannedPartition,
@@ -452,7 +452,9 @@ def _consolidate(
         summary=summary,
     )
     try:
-        summary["report"] = str(write_report(stores, settings.home))
+        rows_now = summary["rows_by_status"]  # counted above; nothing wrote Lance since
+        data = collect_report(stores, rows_now=rows_now)
+        summary["report"] = str(write_report(stores, settings.home, data=data))
     except Exception as exc:  # the run's work is committed; a report must not fail it
         logger.warning("HTML report not written: %s", exc)
     logger.info(

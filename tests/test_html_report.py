@@ -168,6 +168,16 @@ def test_rows_by_status_counts_every_status_of_every_table(stores, ingest):
     assert rows["facts"] == {} and json.loads(json.dumps(rows)) == rows
 
 
+def test_collect_takes_the_rows_its_caller_just_counted(stores, ingest):
+    """A night counts the rows for its summary and hands them to the report (one scan of every
+    table, not two); without them the report counts for itself."""
+    ingest(lines_of(*[episode(episode_id=f"e{i}") for i in range(3)]))
+    counted = rows_by_status(stores)
+    stores.lance.update("episodes", "episode_id = 'e1'", {"status": "forgotten"})
+    assert collect_report(stores, rows_now=counted).rows_now == {**counted}
+    assert collect_report(stores).rows_now["episodes"] == {"active": 2, "forgotten": 1}
+
+
 def test_report_page_has_every_section_and_the_numbers(history, stores, settings):
     path = write_report(stores, settings.home)
     assert path == report_path(settings.home) and path.exists()

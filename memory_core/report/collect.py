@@ -11,7 +11,8 @@ Sources, all written by the pipeline itself:
   the score cache answered or the labelled heuristic scored (the run's outcome line);
 * ``audit_log`` -- actions by kind.
 
-Nothing here writes; ``rows_by_status`` is what a run calls to stamp its summary.
+Nothing here writes; ``rows_by_status`` is what a run calls to stamp its summary (and hands
+to ``collect_report``).
 """
 
 from __future__ import annotations
@@ -73,10 +74,16 @@ def _label(clock: Any, run_id: str) -> str:
     return f"{when} {run_id.removeprefix('run_')[:4]}"
 
 
-def collect_report(stores: Stores, *, max_runs: int = 60) -> ReportData:
-    """Everything the report draws, oldest run first (the last ``max_runs`` nightly runs)."""
+def collect_report(
+    stores: Stores, *, max_runs: int = 60, rows_now: dict[str, dict[str, int]] | None = None
+) -> ReportData:
+    """Everything the report draws, oldest run first (the last ``max_runs`` nightly runs).
+
+    ``rows_now``: ``rows_by_status`` as the caller just counted it, with no Lance write
+    since (a night stamps its summary with it and then writes the report: a scan of every
+    table's status column, ~0.06 s at 1M episodes, once instead of twice)."""
     data = ReportData(lance_uri=stores.lance.uri, meta_path=str(stores.meta.path))
-    data.rows_now = rows_by_status(stores)
+    data.rows_now = rows_by_status(stores) if rows_now is None else rows_now
     with stores.meta.connect() as con:
         runs = con.execute(
             """SELECT run_id, status, clock, started_at, finished_at, summary FROM runs
