@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -179,16 +179,22 @@ def load_evidence(
     lance: LanceStore | None,
     candidates: Sequence[Candidate],
     *,
-    support_subjects: Mapping[str, AbstractSet[str]] | None = None,
+    support_subjects: Mapping[str, AbstractSet[str]]
+    | Future[Mapping[str, AbstractSet[str]]]
+    | None = None,
 ) -> dict[str, Evidence]:
     """Evidence per candidate id; episodes in Lance refine what the candidate record says.
 
     ``support_subjects`` (by candidate id) when the candidates were read without their pins:
-    see :meth:`Evidence.from_candidate`.
+    see :meth:`Evidence.from_candidate`. A future of them is awaited after the episodes'
+    scans: the score stage reads them from DuckDB meanwhile (both leave the GIL).
 
     A missing or unreachable episodes table is not an error here: scoring still works from the
     candidate record, and the read path's errors surface in the stages that own that table.
     """
+    tables = _supporting_episodes(lance, candidates)
+    if isinstance(support_subjects, Future):
+        support_subjects = support_subjects.result()
     subjects = support_subjects if support_subjects is not None else {}
     base = {
         c.candidate_id: Evidence.from_candidate(
@@ -196,15 +202,7 @@ def load_evidence(
         )
         for c in candidates
     }
-    if lance is None or not candidates:
-        return base
-    by_tenant: dict[str, set[str]] = defaultdict(set)
-    for cand in candidates:
-        by_tenant[cand.tenant_id].update(cand.support_ids)
-    try:
-        tables = _episode_tables(lance, [(t, sorted(ids)) for t, ids in by_tenant.items() if ids])
-    except (StoreError, OSError, ValueError) as exc:
-        logger.debug("episode evidence unavailable, scoring from candidate records: %s", exc)
+    if tables is None:
         return base
     found = _found_per_candidate(candidates, tables)
     out: dict[str, Evidence] = {}
@@ -214,6 +212,23 @@ def load_evidence(
             _refine(base[cand.candidate_id], agg) if agg else base[cand.candidate_id]
         )
     return out
+
+
+def _supporting_episodes(
+    lance: LanceStore | None, candidates: Sequence[Candidate]
+) -> list[pa.Table] | None:
+    """Each tenant's episodes among its candidates' supporting ids (None: nothing to refine
+    with, or the table cannot be read)."""
+    if lance is None or not candidates:
+        return None
+    by_tenant: dict[str, set[str]] = defaultdict(set)
+    for cand in candidates:
+        by_tenant[cand.tenant_id].update(cand.support_ids)
+    try:
+        return _episode_tables(lance, [(t, sorted(ids)) for t, ids in by_tenant.items() if ids])
+    except (StoreError, OSError, ValueError) as exc:
+        logger.debug("episode evidence unavailable, scoring from candidate records: %s", exc)
+        return None
 
 
 _EPISODE_COLUMNS = ["episode_id", "subject_id", "occurred_at", "outcome", "feedback", "sensitivity"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -205,10 +206,11 @@ class _ScoreRun:
         # would pay twice for one finding); it takes its twin's score in _write.
         self.twins = [c for c in candidates if c.stats.get("twin_of")]
         candidates = [c for c in candidates if not c.stats.get("twin_of")]
-        subjects = support_pin_subjects(
-            self.stores.meta, [c.candidate_id for c in candidates if needs_pin_subjects(c)]
-        )
-        evidence = load_evidence(self.stores.lance, candidates, support_subjects=subjects)
+        pinned = [c.candidate_id for c in candidates if needs_pin_subjects(c)]
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            # their pins' subjects read from DuckDB while load_evidence scans Lance
+            subjects = beside.submit(support_pin_subjects, self.stores.meta, pinned)
+            evidence = load_evidence(self.stores.lance, candidates, support_subjects=subjects)
         for cand in candidates:
             self.pool[cand.candidate_id] = ScoreInput(cand, evidence[cand.candidate_id])
             self.hashes[cand.candidate_id] = cand.content_hash()
