@@ -419,6 +419,8 @@ def _consolidate(
     crash_point("nightly.stale_checked")
     by_status = count_by_status(stores.meta)
     produced, changed = run_candidate_rows(stores.meta, ctx.run_id, limit=ARTIFACT_ROWS)
+    # the night's writes into the file while the Lance counts and the artifacts are made
+    stores.meta.checkpoint_behind()
     summary: dict[str, Any] = {
         "run_id": ctx.run_id,
         "now": ctx.now.isoformat(),

@@ -52,6 +52,7 @@ class MetaStore:
         self._depth = 0
         self._guard = threading.Lock()
         self._local = threading.local()  # .unit: this thread's open atomic() transaction
+        self._behind: threading.Thread | None = None  # checkpoint_behind's thread
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
@@ -96,9 +97,37 @@ class MetaStore:
         finally:
             with self._guard:
                 self._depth -= 1
-                if self._depth == 0 and self._session is not None:
-                    self._session.close()
-                    self._session = None
+                closing = self._depth == 0 and self._session is not None
+                behind = self._behind if closing else None
+            if behind is not None:
+                behind.join()  # its cursor must be done before the connection closes
+            if closing:
+                with self._guard:
+                    self._behind = None
+                    if self._depth == 0 and self._session is not None:
+                        self._session.close()
+                        self._session = None
+
+    def checkpoint_behind(self) -> threading.Thread | None:
+        """Start writing the open session's WAL into the file on a thread, while this process
+        goes on; the thread (the session's close waits for it), or None without a session or
+        while one is under way.
+
+        Why: a night's session checkpoints once, at its close (~0.45 s at 1M, most of it the
+        partitions' writes), after its last steps. Those that read no table the night wrote
+        (Lance counts, Prefect artifacts) can run beside it: DuckDB lets reads of other tables
+        through a checkpoint, while a read of a table it is writing, or any commit, waits for
+        it (BENCHMARKS.md s48). A failure (a write transaction open elsewhere) is logged and
+        leaves the WAL to the close."""
+        with self._guard:
+            if self._session is None or (self._behind is not None and self._behind.is_alive()):
+                return None
+            cursor = self._session.cursor()
+            self._behind = threading.Thread(
+                target=_checkpoint, args=(cursor, self.path), name="meta-checkpoint", daemon=True
+            )
+            self._behind.start()
+            return self._behind
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
@@ -229,6 +258,15 @@ class MetaStore:
             raise SchemaTooNew(str(self.path), current, latest_schema_version())
         if current < latest_schema_version():
             self.migrate()
+
+
+def _checkpoint(cursor: duckdb.DuckDBPyConnection, path: Path) -> None:
+    try:
+        cursor.execute("CHECKPOINT")
+    except duckdb.Error as exc:  # the WAL stays; the session's close checkpoints it
+        logger.warning("checkpoint of %s left to the session's close: %s", path, exc)
+    finally:
+        cursor.close()
 
 
 def _joined(unit: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:

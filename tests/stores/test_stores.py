@@ -202,3 +202,47 @@ def test_a_session_checkpoints_once_its_wal_passes_the_threshold_it_was_opened_w
     assert write_and_measure(10, checkpoint_threshold="1MB") < 1 << 20
     with meta.connect() as con:
         assert con.execute("SELECT count(*) FROM blobs").fetchone() == (8000,)
+
+
+@pytest.mark.duckdb_at_rest  # reads the WAL file's size
+def test_a_checkpoint_behind_empties_the_wal_while_the_session_goes_on(settings, caplog):
+    """The night starts its session's checkpoint before its last steps: the WAL goes into the
+    file while the session stays open and other tables are read; a write transaction open
+    elsewhere makes it fail without harm (logged, the WAL left to the session's close)."""
+    meta = open_stores(settings).meta
+    wal = meta.path.with_name(meta.path.name + ".wal")
+    with meta.connect() as con:
+        con.execute("CREATE TABLE blobs (i INTEGER, text VARCHAR)")
+    assert meta.checkpoint_behind() is None  # no session: nothing to write behind
+
+    def write(start: int) -> None:
+        with meta.transaction() as con:
+            con.execute(
+                "INSERT INTO blobs SELECT range, repeat(md5(range::VARCHAR), 20) FROM range(?, ?)",
+                [start, start + 4000],
+            )
+
+    with meta.session():
+        write(0)
+        assert wal.stat().st_size > 1 << 20  # the session's 1 GB threshold kept it all
+        behind = meta.checkpoint_behind()
+        assert behind is not None
+        with meta.connect() as con:  # another table, read meanwhile
+            assert con.execute("SELECT count(*) FROM schema_version").fetchone()[0] > 0
+        behind.join()
+        assert not wal.exists() or wal.stat().st_size < 1 << 20
+        write(4000)
+        with caplog.at_level("WARNING", logger="memory_core.stores.meta"), meta.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("UPDATE blobs SET text = 'open' WHERE i = 0")  # DuckDB refuses
+            failed = meta.checkpoint_behind()
+            assert failed is not None
+            failed.join()
+            con.execute("COMMIT")
+        assert "left to the session's close" in caplog.text
+        assert wal.stat().st_size > 1 << 20
+    assert not wal.exists() or wal.stat().st_size < 1 << 20  # the close checkpointed
+    with meta.connect() as con:
+        assert con.execute(
+            "SELECT count(*), count(*) FILTER (text = 'open') FROM blobs"
+        ).fetchone() == (8000, 1)
