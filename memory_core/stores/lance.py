@@ -29,10 +29,13 @@ class LanceStore:
 
     def __init__(self, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
         # lancedb is imported here, when a store is opened, not with this module: its import
-        # costs ~2.2 CPU s (most of it the generated models of its REST namespace client), and
-        # processes that reach this module through imports but open no store never need it
-        # (`memctl serve` and other Prefect parents, commands that read only DuckDB)
-        import lancedb
+        # costs ~1 CPU s (most of it its REST namespace client, whose API is left out until
+        # used: stores/lancedb_import.py), and processes that reach this module through
+        # imports but open no store never need it (`memctl serve` and other Prefect parents,
+        # commands that read only DuckDB)
+        from memory_core.stores.lancedb_import import import_lancedb
+
+        lancedb = import_lancedb()
 
         self.uri = uri
         self.storage_options = dict(storage_options or {})
