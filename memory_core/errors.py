@@ -61,9 +61,10 @@ class FieldError:
     record_id: str | None = None
 
     def __str__(self) -> str:
-        # escaped: an id with a line break or an escape sequence must not break the one line
+        # escaped: an id, a field path (a conditions key) or a reason quoting the input, with
+        # a line break or an escape sequence, must not break the one line
         rid = f" (episode_id={_printable(self.record_id)})" if self.record_id else ""
-        return f"line {self.line}{rid}: {self.field}: {self.reason}"
+        return f"line {self.line}{rid}: {_printable(self.field)}: {_printable(self.reason)}"
 
 
 class ValidationFailed(TerminalError):

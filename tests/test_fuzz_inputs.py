@@ -108,6 +108,7 @@ def _line(draw: st.DrawFn) -> bytes:
 @example(lines=[json.dumps(episode()).encode(), b"[" * 10_000 + b"]" * 10_000], quarantine=True)
 @example(lines=[json.dumps(episode()).encode(), b'{"episode_id": "e\xff"}'], quarantine=False)
 @example(lines=[json.dumps(episode(subject_id="a\x00b")).encode()], quarantine=False)
+@example(lines=[json.dumps(episode(conditions={"a\x1cb": 1})).encode()], quarantine=False)
 def test_ingest_any_lines_succeeds_or_fails_in_one_line(tmp_path, memctl, lines, quarantine):
     home = tmp_path / "home"
     path = tmp_path / "in.jsonl"
