@@ -29,8 +29,8 @@ class LanceStore:
 
     def __init__(self, uri: str, *, storage_options: dict[str, str] | None = None) -> None:
         # lancedb is imported here, when a store is opened, not with this module: its import
-        # costs ~1 CPU s (most of it its REST namespace client, whose API is left out until
-        # used: stores/lancedb_import.py), and processes that reach this module through
+        # costs ~0.55 CPU s (~1 s with its REST namespace client's generated API, left out
+        # until used: stores/lancedb_import.py), and processes that reach this module through
         # imports but open no store never need it (`memctl serve` and other Prefect parents,
         # commands that read only DuckDB)
         from memory_core.stores.lancedb_import import import_lancedb

@@ -31,10 +31,10 @@ _LOCK = threading.RLock()
 def import_lancedb() -> ModuleType:
     """``lancedb``, imported with ``DEFERRED_PACKAGE``'s ``__init__`` deferred (when this
     process has not imported either yet)."""
-    with _LOCK:
+    with _LOCK:  # not across the import: its own module locks order concurrent imports
         if "lancedb" not in sys.modules:
             _defer_init(DEFERRED_PACKAGE)
-        import lancedb
+    import lancedb
 
     return lancedb
 

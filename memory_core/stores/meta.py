@@ -117,8 +117,8 @@ class MetaStore:
         partitions' writes), after its last steps. Those that read no table the night wrote
         (Lance counts, Prefect artifacts) can run beside it: DuckDB lets reads of other tables
         through a checkpoint, while a read of a table it is writing, or any commit, waits for
-        it (BENCHMARKS.md s48). A failure (a write transaction open elsewhere) is logged and
-        leaves the WAL to the close."""
+        it (BENCHMARKS.md s48). A refusal (DuckDB's, while another transaction holds an
+        update) is logged and leaves the WAL to the close."""
         with self._guard:
             if self._session is None or (self._behind is not None and self._behind.is_alive()):
                 return None
